@@ -1,0 +1,23 @@
+"""The ``flashdraft`` command line: one verb per pipeline stage."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    help="flashdraft: lossless speculative decoding (generate -> mix -> train -> decode/bench -> export).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    from flashdraft.decode.cli import run
+
+    app.command(name="run")(run)
+
+
+_register()
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,105 @@
+"""The decoder interface, generation statistics and the registry of decoding methods."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Callable, ClassVar
+
+STAGES = ("prefill", "draft", "tree_build", "verify", "commit")
+
+
+class DecodeError(ValueError):
+    """Bad decoding input; the message names the argument and the fix."""
+
+
+@dataclass
+class DecodeStats:
+    """Per-generation statistics. tau = tokens committed by one verify round (accepted drafts + bonus)."""
+
+    method: str
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    max_depth: int = 0  # deepest draft position a round could accept (B - 1 for DFlash; 0 for AR)
+    taus: list[int] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    total_seconds: float = 0.0
+
+    @property
+    def rounds(self) -> int:
+        return len(self.taus)
+
+    @property
+    def tau_mean(self) -> float:
+        return sum(self.taus) / len(self.taus) if self.taus else 0.0
+
+    def tau_histogram(self) -> dict[int, int]:
+        """Rounds per tau value 1 .. max_depth + 1."""
+        counts = Counter(self.taus)
+        return {t: counts.get(t, 0) for t in range(1, self.max_depth + 2)}
+
+    def per_position_acceptance(self) -> list[float]:
+        """Entry k-1: the share of rounds whose draft position k was accepted (tau >= k + 1)."""
+        if not self.taus:
+            return [0.0] * self.max_depth
+        return [sum(t >= k + 1 for t in self.taus) / len(self.taus) for k in range(1, self.max_depth + 1)]
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.total_seconds - self.stage_seconds["prefill"]
+
+    @property
+    def tokens_per_second(self) -> float:
+        """New tokens over decode time (prefill excluded; the first token comes from the prefill)."""
+        return (self.new_tokens - 1) / self.decode_seconds if self.new_tokens > 1 and self.decode_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            rounds=self.rounds,
+            tau_mean=self.tau_mean,
+            tau_histogram=self.tau_histogram(),
+            per_position_acceptance=self.per_position_acceptance(),
+            tokens_per_second=self.tokens_per_second,
+        )
+        return d
+
+
+@dataclass
+class Generation:
+    tokens: list[int]  # new tokens only (the prompt excluded), up to and including a stop token
+    stats: DecodeStats
+
+
+class Decoder(ABC):
+    """prompt ids, max new tokens, temperature, seed -> tokens + stats."""
+
+    method: ClassVar[str]
+
+    @abstractmethod
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> Generation:
+        ...
+
+
+DECODERS: dict[str, Callable[..., Decoder]] = {}
+
+
+def register(name: str):
+    """Class decorator adding a decoder to :data:`DECODERS` under ``name``."""
+
+    def wrap(cls):
+        cls.method = name
+        DECODERS[name] = cls
+        return cls
+
+    return wrap
+
+
+def build_decoder(method: str, target, drafter=None, budget: int | None = None) -> Decoder:
+    """The decoder registered as ``method`` for ``target`` (and ``drafter`` / tree ``budget`` where used)."""
+    from flashdraft.decode import speculative  # noqa: F401  (registers the methods)
+
+    if method not in DECODERS:
+        raise DecodeError(f"unknown decoding method {method!r}; choose one of: {', '.join(sorted(DECODERS))}")
+    return DECODERS[method].create(target, drafter=drafter, budget=budget)

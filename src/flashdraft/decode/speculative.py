@@ -1,0 +1,190 @@
+"""AR, DFlash and DDTree decoding: one draft-verify-walk loop, three tree shapes.
+
+Each round the bonus token (root) and the drafted nodes are verified in ONE target forward
+(depth-based position ids, ancestor-only visibility), then a walk from the root follows the child
+whose token equals the target's choice at the current node; the first target choice without a
+matching child becomes the next bonus. The target KV cache is compacted to the walked path.
+
+Losslessness. Every emitted token is the target's own choice given the committed prefix: at T = 0
+the argmax (so greedy output equals AR token for token); at T > 0 a fresh sample from
+softmax(logits / T) of the target at that node ("sample-and-walk", DDTree's rule; for a chain it is
+z-lab's DFlash rule). Drafted tokens only decide how many such samples one forward yields, never
+which values they take, so every emitted token is an exact sample of the target's distribution.
+The drafter's probabilities are never used for acceptance.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from flashdraft.decode.base import DecodeError, Decoder, DecodeStats, Generation, register
+from flashdraft.decode.tree import DraftTree, best_first_tree, chain_tree, root_only
+from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
+from flashdraft.models.target import Target
+
+
+def choose(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
+    """The target's token for one node: argmax at T = 0, else a sample of softmax(logits / T)."""
+    if temperature == 0:
+        return int(logits.argmax())
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+class _Timer:
+    def __init__(self, stats: DecodeStats):
+        self.stats, self.t = stats, time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.stats.stage_seconds[stage] += now - self.t
+        self.t = now
+
+
+class SpeculativeDecoder(Decoder):
+    """The shared loop; subclasses say how a round's tree is drafted (:meth:`draft_tree`)."""
+
+    needs_drafter = True
+
+    def __init__(self, target: Target, drafter=None, budget: int | None = None):
+        if self.needs_drafter and drafter is None:
+            raise DecodeError(f"method {self.method!r} needs a drafter; pass --drafter PATH (or use --method ar)")
+        if budget is not None and budget < 1:
+            raise DecodeError(f"--budget must be >= 1 (number of drafted tree nodes), got {budget}")
+        self.target, self.drafter, self.budget = target, drafter, budget
+        self.layer_ids: list[int] = list(drafter.target_layer_ids) if drafter is not None else []
+
+    @classmethod
+    def create(cls, target: Target, drafter=None, budget: int | None = None) -> "SpeculativeDecoder":
+        return cls(target, drafter=drafter, budget=budget)
+
+    @property
+    def max_depth(self) -> int:
+        return 0 if self.drafter is None else self.drafter.block_size - 1
+
+    def draft_tree(self, root: int, draft_logits: torch.Tensor | None) -> DraftTree:
+        raise NotImplementedError
+
+    def walk(self, tree: DraftTree, hidden: torch.Tensor, temperature: float, gen: torch.Generator):
+        """Follow the target's choices through the tree -> (accepted path node indices, next bonus token).
+
+        Logits are computed lazily: the spine (root + best children) in one batch, other nodes only
+        if the walk reaches them, so an LM head over a large vocabulary is paid for visited nodes only.
+        """
+        spine = tree.spine()
+        logits = dict(zip(spine, lm_logits(self.target, hidden[spine])))
+        node, path = 0, [0]
+        while True:
+            if node not in logits:
+                logits[node] = lm_logits(self.target, hidden[node : node + 1])[0]
+            tok = choose(logits[node], temperature, gen)
+            child = tree.children[node].get(tok)
+            if child is None:
+                return path, tok
+            path.append(child)
+            node = child
+
+    def check_request(self, prompt_ids, max_new_tokens: int, temperature: float) -> torch.Tensor:
+        if prompt_ids is None or len(prompt_ids) == 0:
+            raise DecodeError("empty prompt: give at least one token (text prompts are tokenised with the target's tokenizer)")
+        if max_new_tokens < 1:
+            raise DecodeError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise DecodeError(f"temperature must be >= 0, got {temperature}")
+        ids = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=self.target.device)
+        if int(ids.min()) < 0 or int(ids.max()) >= self.target.vocab_size:
+            raise DecodeError(f"prompt token ids must lie in 0..{self.target.vocab_size - 1} (the target vocabulary)")
+        limit = getattr(self.target.config, "max_position_embeddings", None)
+        if limit and len(ids) + max_new_tokens + self.max_depth > limit:
+            raise DecodeError(
+                f"prompt ({len(ids)}) + max_new_tokens ({max_new_tokens}) exceeds the target's {limit} positions; "
+                "shorten the prompt or lower max_new_tokens"
+            )
+        return ids
+
+    def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> Generation:
+        ids = self.check_request(prompt_ids, max_new_tokens, temperature)
+        dev = ids.device
+        gen = torch.Generator(device=dev).manual_seed(seed)
+        stop = set(self.target.eos_token_ids)
+        stats = DecodeStats(method=self.method, prompt_tokens=len(ids), max_depth=self.max_depth)
+        t_start = time.perf_counter()
+        timer = _Timer(stats)
+
+        cache = new_cache()
+        if self.drafter is not None:
+            self.drafter.reset()
+        n = len(ids)
+        causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril_()
+        hidden, feats = target_forward(self.target, cache, ids, torch.arange(n, device=dev), causal, self.layer_ids)
+        bonus = choose(lm_logits(self.target, hidden[-1:])[0], temperature, gen)
+        out = [bonus]
+        tokens = torch.cat([ids, ids.new_tensor([bonus])])  # committed ids, the bonus last
+        timer.lap("prefill")
+
+        while len(out) < max_new_tokens and out[-1] not in stop:
+            draft_logits = self.drafter.propose(tokens, feats) if self.drafter is not None else None
+            timer.lap("draft")
+            tree = self.draft_tree(bonus, draft_logits)
+            visible = tree.visibility(dev)
+            timer.lap("tree_build")
+            past = cache_length(cache)  # == position of the root
+            node_ids = torch.tensor(tree.tokens, dtype=torch.long, device=dev)
+            positions = past + torch.tensor(tree.depths, dtype=torch.long, device=dev)
+            hidden, feats = target_forward(self.target, cache, node_ids, positions, visible, self.layer_ids)
+            path, bonus = self.walk(tree, hidden, temperature, gen)
+            timer.lap("verify")
+            keep = torch.tensor(path, dtype=torch.long, device=dev)
+            compact_cache(cache, past, keep)
+            if feats is not None:
+                feats = feats.index_select(0, keep)  # [len(path), K * hidden]: features of committed tokens
+            new = [tree.tokens[i] for i in path[1:]] + [bonus]
+            out.extend(new)
+            tokens = torch.cat([tokens, tokens.new_tensor(new)])
+            stats.taus.append(len(path))
+            timer.lap("commit")
+
+        out = out[:max_new_tokens]
+        for i, t in enumerate(out):
+            if t in stop:
+                out = out[: i + 1]
+                break
+        stats.new_tokens = len(out)
+        stats.total_seconds = time.perf_counter() - t_start
+        return Generation(tokens=out, stats=stats)
+
+
+@register("ar")
+class ARDecoder(SpeculativeDecoder):
+    """Autoregressive baseline in the same harness: one token per target forward (KV-cached)."""
+
+    needs_drafter = False
+
+    def __init__(self, target: Target, drafter=None, budget: int | None = None):
+        super().__init__(target, drafter=None, budget=None)
+
+    def draft_tree(self, root, draft_logits):
+        return root_only(root)
+
+
+@register("dflash")
+class DFlashDecoder(SpeculativeDecoder):
+    """One drafter pass over [bonus, MASK x (B-1)]; the argmax chain of B-1 drafts is verified in one forward."""
+
+    def draft_tree(self, root, draft_logits):
+        return chain_tree(root, draft_logits.argmax(dim=-1).tolist())
+
+
+@register("ddtree")
+class DDTreeDecoder(SpeculativeDecoder):
+    """The top-``budget`` prefixes of the drafter's per-position marginals, verified as one tree."""
+
+    DEFAULT_BUDGET = 32
+
+    def __init__(self, target: Target, drafter=None, budget: int | None = None):
+        super().__init__(target, drafter=drafter, budget=budget if budget is not None else self.DEFAULT_BUDGET)
+
+    def draft_tree(self, root, draft_logits):
+        return best_first_tree(root, torch.log_softmax(draft_logits.float(), dim=-1), self.budget)

@@ -1,0 +1,100 @@
+"""Draft trees: the shape every decoder verifies in one target forward.
+
+A tree is a list of nodes; node 0 is the root (the bonus token of the previous round, already
+committed but not yet in the target cache), every other node a drafted token with its parent.
+Parents always precede children. A chain (DFlash) is the tree whose node i has parent i - 1; the
+autoregressive step is the tree with the root only.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int]  # [n] node tokens, tokens[0] = root
+    parents: list[int]  # [n] parent index, -1 for the root
+    depths: list[int]  # [n] depth, 0 for the root
+    scores: list[float] = field(default_factory=list)  # [n] drafter log-prob of the prefix (root 0)
+    children: list[dict[int, int]] = field(default_factory=list)  # per node: token -> child index
+
+    def __post_init__(self) -> None:
+        if not self.children:
+            self.children = [{} for _ in self.tokens]
+            for i in range(1, len(self.tokens)):
+                self.children[self.parents[i]].setdefault(self.tokens[i], i)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def visibility(self, device=None) -> torch.Tensor:
+        """Ancestor-or-self matrix [n, n] (bool): node i attends to node j iff j is on i's root path."""
+        n = len(self.tokens)
+        vis = torch.eye(n, dtype=torch.bool, device=device)
+        for i in range(1, n):
+            vis[i] |= vis[self.parents[i]]
+        return vis
+
+    def spine(self) -> list[int]:
+        """Root then, at each node, its first (best-scored) child: the path a walk most likely takes."""
+        path = [0]
+        while self.children[path[-1]]:
+            path.append(next(iter(self.children[path[-1]].values())))
+        return path
+
+    def prefixes(self) -> set[tuple[int, ...]]:
+        """Every node's token path from (excluding) the root, e.g. {(a,), (a, b), (c,)}."""
+        paths: list[tuple[int, ...]] = [()]
+        for i in range(1, len(self.tokens)):
+            paths.append(paths[self.parents[i]] + (self.tokens[i],))
+        return set(paths[1:])
+
+
+def root_only(root: int) -> DraftTree:
+    return DraftTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0])
+
+
+def chain_tree(root: int, drafts: list[int]) -> DraftTree:
+    n = len(drafts) + 1
+    return DraftTree(tokens=[root, *drafts], parents=list(range(-1, n - 1)), depths=list(range(n)))
+
+
+def best_first_tree(root: int, log_probs: torch.Tensor, budget: int) -> DraftTree:
+    """DDTree's tree: the ``budget`` prefixes with the highest product of per-position marginals.
+
+    log_probs: [L, V] drafter log-probabilities per depth (marginals, not conditionals). Only the
+    top min(budget, V) tokens per depth can appear (a prefix never outranks its parent), so after one
+    top-k the heap explores rank tuples best-first: each pop adds a prefix and pushes its next
+    sibling (same depth, next rank) and its first child (next depth, rank 0). O(budget log budget).
+    """
+    if budget < 1:
+        raise ValueError(f"tree budget must be >= 1, got {budget}")
+    depth_max, vocab = log_probs.shape
+    k = min(budget, vocab)
+    top_lp, top_ids = log_probs.float().topk(k, dim=-1)  # [L, k]
+    lp, ids = top_lp.tolist(), top_ids.tolist()  # one device-to-host copy
+
+    tree = DraftTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0], children=[{}])
+    # heap entry: (-score, parent node, depth index (0-based into L), rank)
+    heap = [(-lp[0][0], 0, 0, 0)]
+    while heap and len(tree.tokens) - 1 < budget:
+        neg, parent, d, r = heapq.heappop(heap)
+        if neg == float("inf"):
+            break  # only -inf (impossible) prefixes remain
+        node = len(tree.tokens)
+        tok = ids[d][r]
+        tree.tokens.append(tok)
+        tree.parents.append(parent)
+        tree.depths.append(d + 1)
+        tree.scores.append(-neg)
+        tree.children.append({})
+        tree.children[parent][tok] = node
+        if r + 1 < k:
+            heapq.heappush(heap, (-(tree.scores[parent] + lp[d][r + 1]), parent, d, r + 1))
+        if d + 1 < depth_max:
+            heapq.heappush(heap, (neg - lp[d + 1][0], node, d + 1, 0))
+    return tree

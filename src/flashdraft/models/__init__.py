@@ -1,0 +1,1 @@
+"""Models shared by every stage: target loading and drafters."""

@@ -1,0 +1,400 @@
+"""The DFlash block-diffusion drafter, in the z-lab checkpoint format.
+
+Architecture: Qwen3-style decoder layers (RMSNorm, attention with q/k RMSNorm and RoPE, SwiGLU MLP).
+The target's features from ``target_layer_ids`` are concatenated and fused by ``fc`` (no bias) and
+the RMSNorm ``hidden_norm`` into one context feature, which is projected into the K/V of *every*
+layer (KV injection, same k/v projections as the block tokens, no ``input_layernorm``). Queries come
+from the block only: [anchor/bonus token, MASK x (B-1)]; attention inside the block is
+bidirectional (sliding-window layers are causal and windowed, as vLLM runs them). The token
+embedding and LM head are borrowed from the target, frozen, and never saved with the drafter: a
+drafter not bound to a target refuses to run. An optional reduced draft vocabulary carries its own
+``lm_head`` plus the ``d2t`` (draft id -> target id offset) and ``t2d`` (bool over the target
+vocabulary) maps, as vLLM reads them.
+
+Files: ``config.json`` (``architectures``, ``block_size``, ``dflash_config.{mask_token_id,
+target_layer_ids}``, ``num_target_layers``, layer sizes, ``layer_types``) and ``model.safetensors``
+with ``layers.N.*``, ``fc.weight``, ``hidden_norm.weight``, ``norm.weight``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb
+
+from flashdraft.io import atomic_replace_dir
+from flashdraft.models.target import Target, TargetError, check_target_layer_ids
+
+LayerType = Literal["full_attention", "sliding_attention"]
+
+
+class DrafterError(ValueError):
+    """A drafter that does not fit its target or cannot be loaded; the message names both sides."""
+
+
+class DFlashInner(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    mask_token_id: int
+    target_layer_ids: list[int]
+
+
+class DFlashConfig(BaseModel):
+    """``config.json`` of a DFlash drafter (z-lab format; unknown fields are kept on save)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    architectures: list[str] = ["DFlashDraftModel"]
+    auto_map: dict[str, str] = {"AutoModel": "dflash.DFlashDraftModel"}
+    model_type: str = "qwen3"
+    block_size: int = Field(16, ge=2)
+    dflash_config: DFlashInner
+    num_target_layers: int
+    target_hidden_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int = Field(ge=1)
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    hidden_act: str = "silu"
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    rope_scaling: None = None
+    max_position_embeddings: int = 32768
+    layer_types: list[LayerType] = []
+    sliding_window: int | None = None
+    attention_bias: bool = False
+    vocab_size: int
+    draft_vocab_size: int | None = None
+    tie_word_embeddings: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "DFlashConfig":
+        if not self.layer_types:
+            self.layer_types = ["full_attention"] * self.num_hidden_layers
+        if len(self.layer_types) != self.num_hidden_layers:
+            raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} layers")
+        if "sliding_attention" in self.layer_types and not self.sliding_window:
+            raise ValueError("layer_types has sliding_attention layers but sliding_window is not set")
+        if self.hidden_act != "silu":
+            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported; DFlash drafters use silu")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.draft_vocab_size is not None and not 0 < self.draft_vocab_size <= self.vocab_size:
+            raise ValueError(f"draft_vocab_size {self.draft_vocab_size} must be in 1..vocab_size {self.vocab_size}")
+        return self
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.dflash_config.mask_token_id
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        return self.dflash_config.target_layer_ids
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """Default RoPE tables for ``positions`` [n] -> cos, sin [1, n, head_dim]."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]  # [n, head_dim / 2]
+    emb = torch.cat([freqs, freqs], dim=-1)  # [n, head_dim]
+    return emb.cos().to(dtype)[None], emb.sin().to(dtype)[None]
+
+
+class DFlashAttention(nn.Module):
+    def __init__(self, cfg: DFlashConfig):
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        d, b = cfg.hidden_size, cfg.attention_bias
+        self.q_proj = nn.Linear(d, self.n_heads * self.head_dim, bias=b)
+        self.k_proj = nn.Linear(d, self.n_kv * self.head_dim, bias=b)
+        self.v_proj = nn.Linear(d, self.n_kv * self.head_dim, bias=b)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, d, bias=b)
+        self.q_norm = Qwen3RMSNorm(self.head_dim, eps=cfg.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(self.head_dim, eps=cfg.rms_norm_eps)
+
+    def kv(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K (normed, rotated) and V of h [b, n, d] -> each [b, kv_heads, n, head_dim]."""
+        b, n, _ = h.shape
+        k = self.k_norm(self.k_proj(h).view(b, n, self.n_kv, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(h).view(b, n, self.n_kv, self.head_dim).transpose(1, 2)
+        k, _ = apply_rotary_pos_emb(k, k, cos, sin)
+        return k, v
+
+    def forward(self, x, rope_x, ctx_kv, mask):
+        """x: [b, q, d] block tokens; ctx_kv: (K, V) of the context, each [b, kv_heads, c, head_dim];
+        mask: bool [q, c + q] (True = visible) or None (all visible)."""
+        b, q, _ = x.shape
+        cos, sin = rope_x
+        qs = self.q_norm(self.q_proj(x).view(b, q, self.n_heads, self.head_dim)).transpose(1, 2)  # [b, h, q, hd]
+        qs, _ = apply_rotary_pos_emb(qs, qs, cos, sin)
+        kx, vx = self.kv(x, cos, sin)
+        k = torch.cat([ctx_kv[0], kx], dim=2)  # [b, kv_heads, c + q, hd]
+        v = torch.cat([ctx_kv[1], vx], dim=2)
+        out = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv)
+        return self.o_proj(out.transpose(1, 2).reshape(b, q, self.n_heads * self.head_dim))
+
+
+class DFlashMLP(nn.Module):
+    def __init__(self, cfg: DFlashConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DFlashLayer(nn.Module):
+    def __init__(self, cfg: DFlashConfig, layer_type: str):
+        super().__init__()
+        self.layer_type = layer_type
+        self.self_attn = DFlashAttention(cfg)
+        self.mlp = DFlashMLP(cfg)
+        self.input_layernorm = Qwen3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+
+    def forward(self, x, rope_x, ctx_kv, mask):
+        x = x + self.self_attn(self.input_layernorm(x), rope_x, ctx_kv, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDrafter(nn.Module):
+    """DFlash drafter; :meth:`propose` is the inference step used by the DFlash and DDTree decoders."""
+
+    def __init__(self, cfg: DFlashConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.hidden_size
+        self.fc = nn.Linear(len(cfg.target_layer_ids) * cfg.target_hidden_size, d, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(DFlashLayer(cfg, lt) for lt in cfg.layer_types)
+        self.norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
+        if cfg.draft_vocab_size is not None:
+            self.lm_head = nn.Linear(d, cfg.draft_vocab_size, bias=False)
+            self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+            self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
+        self._target: Target | None = None
+        self._ctx_cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.reset_parameters()
+
+    # ---- construction, binding, files -------------------------------------------------------
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, Qwen3RMSNorm):
+                nn.init.ones_(m.weight)
+
+    @property
+    def block_size(self) -> int:
+        return self.cfg.block_size
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        return self.cfg.target_layer_ids
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.cfg.mask_token_id
+
+    @classmethod
+    def for_target(
+        cls,
+        target: Target,
+        num_layers: int = 1,
+        block_size: int = 16,
+        target_layer_ids: list[int] | None = None,
+        mask_token_id: int | None = None,
+        intermediate_size: int | None = None,
+        seed: int = 0,
+    ) -> "DFlashDrafter":
+        """A freshly initialised drafter shaped for ``target`` (width, heads and vocabulary from it)."""
+        tc = target.config
+        ids = target_layer_ids if target_layer_ids is not None else target.default_layer_ids(num_layers)
+        check_target_layer_ids(ids, target.num_layers, target.name)
+        head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
+        cfg = DFlashConfig(
+            block_size=block_size,
+            dflash_config=DFlashInner(
+                mask_token_id=mask_token_id if mask_token_id is not None else target.find_mask_token_id(),
+                target_layer_ids=list(ids),
+            ),
+            num_target_layers=target.num_layers,
+            target_hidden_size=target.hidden_size,
+            hidden_size=target.hidden_size,
+            intermediate_size=intermediate_size or tc.intermediate_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=tc.num_attention_heads,
+            num_key_value_heads=getattr(tc, "num_key_value_heads", tc.num_attention_heads),
+            head_dim=head_dim,
+            rms_norm_eps=float(getattr(tc, "rms_norm_eps", 1e-6)),
+            vocab_size=target.vocab_size,
+        )
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            drafter = cls(cfg)
+        return drafter.to(device=target.device, dtype=target.dtype).bind(target)
+
+    def check_fits(self, target: Target) -> None:
+        """Refuse a target whose width, vocabulary, depth or mask token do not match this drafter."""
+        c, who = self.cfg, f"target {target.name}"
+        if c.target_hidden_size != target.hidden_size or c.hidden_size != target.hidden_size:
+            raise DrafterError(
+                f"drafter hidden_size {c.hidden_size} (target_hidden_size {c.target_hidden_size}) does not match "
+                f"{who} hidden_size {target.hidden_size}; use a drafter made for this target or pass --target"
+            )
+        if c.vocab_size != target.vocab_size:
+            raise DrafterError(
+                f"drafter vocab_size {c.vocab_size} does not match {who} vocabulary {target.vocab_size}; "
+                "the drafter borrows the target's embedding and LM head, so both must be the same"
+            )
+        if c.num_target_layers != target.num_layers:
+            raise DrafterError(
+                f"drafter was made for a target with {c.num_target_layers} layers, {who} has {target.num_layers}; "
+                "use a drafter made for this target"
+            )
+        try:
+            check_target_layer_ids(c.target_layer_ids, target.num_layers, target.name)
+        except TargetError as e:
+            raise DrafterError(f"drafter target_layer_ids do not fit: {e}") from None
+        if not 0 <= c.mask_token_id < target.vocab_size:
+            raise DrafterError(
+                f"drafter mask_token_id {c.mask_token_id} is not a row of {who}'s embedding (vocabulary "
+                f"{target.vocab_size}); set dflash_config.mask_token_id to a token that exists in the target"
+            )
+
+    def bind(self, target: Target) -> "DFlashDrafter":
+        """Borrow ``target``'s embedding and LM head (after checking that the drafter fits it)."""
+        self.check_fits(target)
+        self._target = target
+        self.reset()
+        return self
+
+    @property
+    def target(self) -> Target:
+        if self._target is None:
+            raise DrafterError(
+                "drafter is not bound to a target: its embedding and LM head are borrowed from the target and "
+                "never saved; load it with DFlashDrafter.from_pretrained(path, target) or call .bind(target)"
+            )
+        return self._target
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """Write config.json + model.safetensors (own weights only) atomically into ``path``."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+        cfg = self.cfg.model_dump(mode="json")
+        cfg["torch_dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        atomic_replace_dir(tmp, path)
+        return path
+
+    @classmethod
+    def load_config(cls, path: str | Path) -> DFlashConfig:
+        p = Path(path) / "config.json"
+        if not p.is_file():
+            raise DrafterError(f"{p} not found; a DFlash drafter folder holds config.json and model.safetensors")
+        return DFlashConfig.model_validate_json(p.read_text())
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, target: Target | None = None) -> "DFlashDrafter":
+        """Load a z-lab-format drafter folder; with ``target``, check the fit and bind it."""
+        cfg = cls.load_config(path)
+        drafter = cls(cfg)
+        files = sorted(Path(path).glob("*.safetensors"))
+        if not files:
+            raise DrafterError(f"no .safetensors weights in {path}")
+        state: dict[str, torch.Tensor] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        own = drafter.state_dict()
+        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+        if missing or unexpected:
+            raise DrafterError(f"weights in {path} do not match config.json: missing {missing[:8]}, unexpected {unexpected[:8]}")
+        drafter.load_state_dict(state)
+        if target is not None:
+            drafter.to(device=target.device, dtype=target.dtype).bind(target)
+        return drafter
+
+    # ---- inference -------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget the context K/V of the previous generation."""
+        self._ctx_cache = []
+
+    def context_length(self) -> int:
+        return self._ctx_cache[0][0].shape[2] if self._ctx_cache else 0
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary fp32 logits for drafter outputs h [m, d] -> [m, vocab]."""
+        from flashdraft.models.forward import lm_logits
+
+        if self.cfg.draft_vocab_size is None:
+            return lm_logits(self.target, h)
+        small = self.lm_head(h).float()  # [m, draft_vocab]
+        full = small.new_full((h.shape[0], self.cfg.vocab_size), float("-inf"))
+        full[:, torch.arange(self.cfg.draft_vocab_size, device=h.device) + self.d2t] = small
+        return full
+
+    def block_mask(self, layer_type: str, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """Inference visibility: full layers see everything; sliding layers are causal and windowed."""
+        if layer_type != "sliding_attention":
+            return None
+        rel = q_pos[:, None] - k_pos[None, :]  # [q, c + q]
+        return (rel >= 0) & (rel < self.cfg.sliding_window)
+
+    @torch.no_grad()
+    def propose(self, tokens: torch.Tensor, new_features: torch.Tensor | None) -> torch.Tensor:
+        """One drafter pass for the block after ``tokens``.
+
+        tokens: [start + 1] committed ids, the last being the bonus token at position ``start``;
+        new_features: [n_new, K * hidden] target features of positions ``start - n_new .. start - 1``
+        not yet in the drafter's context cache. Returns fp32 logits [B - 1, vocab] for positions
+        start + 1 .. start + B - 1. Only the context K/V is kept; block K/V are discarded.
+        """
+        c, dev, dtype = self.cfg, tokens.device, next(self.parameters()).dtype
+        start = tokens.shape[0] - 1
+        past = self.context_length()
+        n_new = 0 if new_features is None else new_features.shape[0]
+        if past + n_new != start:
+            raise DrafterError(f"drafter context has {past} + {n_new} positions but the bonus token sits at {start}")
+        block = torch.full((c.block_size,), c.mask_token_id, dtype=torch.long, device=dev)
+        block[0] = tokens[-1]
+        x = self.target.model.get_input_embeddings()(block[None]).to(dtype)  # [1, B, d]
+        q_pos = torch.arange(start, start + c.block_size, device=dev)  # [B]
+        c_pos = torch.arange(past, start, device=dev)  # [n_new]
+        rope_x = rope_cos_sin(q_pos, c.head_dim, c.rope_theta, dtype)
+        rope_c = rope_cos_sin(c_pos, c.head_dim, c.rope_theta, dtype)
+        ctx = self.hidden_norm(self.fc(new_features.to(dtype)[None])) if n_new else None  # [1, n_new, d]
+        k_pos = torch.arange(0, start + c.block_size, device=dev)  # [start + B]
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            if ctx is not None:
+                k_new, v_new = attn.kv(ctx, *rope_c)  # [1, kv_heads, n_new, hd]
+            else:
+                k_new = v_new = x.new_zeros(1, attn.n_kv, 0, attn.head_dim)
+            if i < len(self._ctx_cache):
+                k_old, v_old = self._ctx_cache[i]
+                k_new, v_new = torch.cat([k_old, k_new], 2), torch.cat([v_old, v_new], 2)
+                self._ctx_cache[i] = (k_new, v_new)
+            else:
+                self._ctx_cache.append((k_new, v_new))
+            x = layer(x, rope_x, (k_new, v_new), self.block_mask(layer.layer_type, q_pos, k_pos))
+        h = self.norm(x)[0, 1:]  # [B - 1, d]
+        return self.logits(h)

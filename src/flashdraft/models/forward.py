@@ -1,0 +1,135 @@
+"""One target forward over new tokens with an explicit visibility pattern, and KV-cache surgery.
+
+Every decoder (AR, DFlash chain, DDTree) verifies through :func:`target_forward`: new tokens carry
+explicit position ids (depth-based for trees, so siblings share a position) and a boolean
+visibility matrix among themselves (causal for a chain, ancestor-only for a tree); the whole
+cached past is visible, subject to each layer's sliding window. The cache keeps every layer's
+full K/V (an HF ``DynamicCache`` without config): windows are enforced by the mask, so cropping
+and compaction after a rejected draft never lose a token a sliding layer still needs.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from transformers import DynamicCache
+
+from flashdraft.models.target import Target
+
+
+def new_cache() -> DynamicCache:
+    """A cache of full (non-sliding) layers: crop and compaction stay exact for every layer type."""
+    return DynamicCache()
+
+
+def cache_length(cache: DynamicCache) -> int:
+    return int(cache.get_seq_length())
+
+
+def attention_masks(config, q_pos: torch.Tensor, k_pos: torch.Tensor, visible: torch.Tensor, dtype: torch.dtype):
+    """Additive masks per layer type, shaped [1, 1, n_q, n_k].
+
+    q_pos: [n_q] absolute positions of the new tokens; k_pos: [n_k] positions of all keys (past + new);
+    visible: [n_q, n_k] bool, which keys each query may see before windows are applied.
+    Returns a dict {layer_type: mask} for models with ``layer_types`` (Gemma3, Qwen3, ...), else one mask.
+    """
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+
+    def additive(allow: torch.Tensor) -> torch.Tensor:
+        m = torch.zeros(allow.shape, dtype=dtype, device=allow.device)
+        return m.masked_fill_(~allow, torch.finfo(dtype).min)[None, None]  # [1, 1, n_q, n_k]
+
+    def windowed(allow: torch.Tensor) -> torch.Tensor:
+        # HF sliding-window semantics: query at q sees key at k iff q - k < window.
+        return allow & ((q_pos[:, None] - k_pos[None, :]) < window)
+
+    if not layer_types:
+        return additive(windowed(visible) if window else visible)
+    masks = {}
+    for lt in set(layer_types):
+        masks[lt] = additive(windowed(visible) if (lt == "sliding_attention" and window) else visible)
+    return masks
+
+
+@contextmanager
+def capture_layer_outputs(target: Target, layer_ids: list[int]):
+    """Collect the outputs of decoder layers ``layer_ids`` (= HF hidden_states[i + 1]) during a forward.
+
+    Yields a list that, after the forward, holds one [batch, seq, hidden] tensor per id, in order.
+    """
+    outputs: dict[int, torch.Tensor] = {}
+    handles = []
+    for i in layer_ids:
+
+        def hook(_module, _inputs, output, i=i):
+            outputs[i] = output[0] if isinstance(output, tuple) else output
+
+        handles.append(target.decoder_layers[i].register_forward_hook(hook))
+    result: list[torch.Tensor] = []
+    try:
+        yield result
+    finally:
+        for h in handles:
+            h.remove()
+    result.extend(outputs[i] for i in layer_ids)
+
+
+@torch.no_grad()
+def target_forward(
+    target: Target,
+    cache: DynamicCache,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    visible_new: torch.Tensor,
+    layer_ids: list[int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run the target body on new tokens appended to ``cache``.
+
+    input_ids, positions: [n]; visible_new: [n, n] bool among the new tokens.
+    Returns (final-normed hidden states [n, hidden], concatenated features [n, len(layer_ids) * hidden] or None).
+    The cache grows by n; the caller crops or compacts it once it knows what was accepted.
+    """
+    past = cache_length(cache)
+    n = input_ids.shape[0]
+    dev = input_ids.device
+    k_pos = torch.cat([torch.arange(past, device=dev), positions])  # [past + n]
+    visible = torch.cat([torch.ones(n, past, dtype=torch.bool, device=dev), visible_new], dim=1)  # [n, past + n]
+    masks = attention_masks(target.config, positions, k_pos, visible, target.dtype)
+    with capture_layer_outputs(target, layer_ids or []) as feats:
+        out = target.model.get_decoder()(
+            input_ids=input_ids[None],
+            position_ids=positions[None],
+            attention_mask=masks,
+            past_key_values=cache,
+            use_cache=True,
+        )
+    hidden = out.last_hidden_state[0]  # [n, hidden]
+    features = torch.cat([f[0] for f in feats], dim=-1) if layer_ids else None  # [n, K * hidden]
+    return hidden, features
+
+
+def lm_logits(target: Target, hidden: torch.Tensor) -> torch.Tensor:
+    """Target logits (fp32) for final-normed hidden states [m, hidden] -> [m, vocab]."""
+    logits = target.model.get_output_embeddings()(hidden).float()
+    cap = getattr(target.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def compact_cache(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:
+    """Keep only the new entries ``keep`` (indices relative to ``past_len``, increasing) after ``past_len``.
+
+    Used after verification: the accepted path's K/V move to the front of the appended window and the
+    rest (rejected drafts, unvisited branches) is dropped.
+    """
+    m = keep.shape[0]
+    idx = keep + past_len  # [m]
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            t = getattr(layer, name)  # [batch, kv_heads, T, head_dim]
+            sel = t.index_select(2, idx)
+            t[:, :, past_len : past_len + m] = sel
+            setattr(layer, name, t[:, :, : past_len + m])
