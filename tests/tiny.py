@@ -62,7 +62,12 @@ class OracleDrafter:
 
     @torch.no_grad()
     def propose(self, tokens: torch.Tensor, new_features) -> torch.Tensor:
-        out = hf_greedy(self.target, tokens.tolist(), self.block_size - 1)
+        ids = tokens[None]
+        out = []
+        for _ in range(self.block_size - 1):  # plain uncached forwards: cheap for tiny models, no shared code
+            nxt = self.target.model(ids).logits[0, -1].argmax()
+            out.append(int(nxt))
+            ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
         # [B - 1, V]: a clear winner per position, the rest a fixed random ranking for DDTree siblings
         g = torch.Generator().manual_seed(int(tokens.sum()))
         logits = torch.randn(self.block_size - 1, self.target.vocab_size, generator=g)
@@ -73,3 +78,31 @@ class OracleDrafter:
 def random_prompts(n: int, length: int, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, VOCAB - 1, (length,), generator=g).tolist() for _ in range(n)]
+
+
+class ScriptedDrafter:
+    """Proposes the next tokens of a known reference continuation, deliberately wrong at every
+    ``corrupt_every``-th position (the right token then ranks second, so a DDTree sibling can recover
+    it). Exercises partial acceptance, off-spine walks and cache compaction on any target cheaply."""
+
+    target_layer_ids: list[int] = []
+
+    def __init__(self, vocab_size: int, prompt_len: int, reference: list[int], block_size: int = 8, corrupt_every: int = 5):
+        self.vocab_size, self.prompt_len, self.reference = vocab_size, prompt_len, reference
+        self.block_size, self.corrupt_every = block_size, corrupt_every
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, tokens: torch.Tensor, new_features) -> torch.Tensor:
+        start = tokens.shape[0] - 1  # position of the bonus token
+        logits = torch.zeros(self.block_size - 1, self.vocab_size)
+        for k in range(self.block_size - 1):
+            j = start + 1 + k - self.prompt_len  # index into the reference continuation
+            true = self.reference[j] if j < len(self.reference) else 0
+            if j % self.corrupt_every == self.corrupt_every - 1:
+                logits[k, (true + 1) % self.vocab_size] = 20.0
+                logits[k, true] = 19.0
+            else:
+                logits[k, true] = 20.0
+        return logits

@@ -11,9 +11,18 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def main() -> None:
+    """flashdraft: lossless speculative decoding (generate -> mix -> train -> decode/bench -> export)."""
+
+
 def _register() -> None:
     from flashdraft.decode.cli import run
+    from flashdraft.generate.cli import generate
+    from flashdraft.mix.cli import app as mix_app
 
+    app.command(name="generate")(generate)
+    app.add_typer(mix_app, name="mix")
     app.command(name="run")(run)
 
 

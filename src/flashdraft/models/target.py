@@ -133,7 +133,11 @@ class Target:
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise TargetError(f"target {self.name} has no tokenizer; pass token ids instead of text")
-        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+        ids = list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        if bos is not None and (not ids or ids[0] != bos):
+            ids = [bos, *ids]  # tokenizers converted from GGUF may not add BOS; Gemma degenerates without it
+        return ids
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:
@@ -188,6 +192,8 @@ def convert_gguf(gguf_path: Path, sha256: str | None = None) -> Path:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "flashdraft_source.txt").write_text(f"converted from {gguf_path.name} sha256={sha}\n")
+        for f in [tmp, *tmp.iterdir()]:  # mkdtemp and safetensors create owner-only files; a cache is shared
+            f.chmod(0o755 if f.is_dir() else 0o644)
         atomic_replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

