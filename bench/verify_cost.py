@@ -11,24 +11,13 @@ of the target body alone and body + LM head over all n rows, for a chain (causal
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
+from flashdraft.bench.profile import median_ms
 from flashdraft.decode.tree import best_first_tree, chain_tree
 from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.target import load_target
-
-
-def timed(fn, repeats: int, warmup: int) -> float:
-    times = []
-    for i in range(warmup + repeats):
-        t0 = time.perf_counter()
-        fn()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000
 
 
 def main() -> None:
@@ -67,9 +56,9 @@ def main() -> None:
                 lm_logits(target, hidden)
             compact_cache(cache, args.context, torch.arange(0))  # back to the warm context
 
-        body = timed(lambda: verify(chain, False), args.repeats, args.warmup)
-        full = timed(lambda: verify(chain, True), args.repeats, args.warmup)
-        tbody = timed(lambda: verify(tree, False), args.repeats, args.warmup)
+        body = median_ms(lambda: verify(chain, False), args.repeats, args.warmup)
+        full = median_ms(lambda: verify(chain, True), args.repeats, args.warmup)
+        tbody = median_ms(lambda: verify(tree, False), args.repeats, args.warmup)
         base = base or full
         print(f"{n:>5} {body:>14.1f} {full:>15.1f} {tbody:>13.1f} {full / n:>22.2f}   ({full / base:.2f}x the 1-token forward)")
 
