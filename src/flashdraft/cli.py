@@ -21,9 +21,11 @@ def _register() -> None:
     from flashdraft.decode.cli import run
     from flashdraft.generate.cli import generate
     from flashdraft.mix.cli import app as mix_app
+    from flashdraft.train.cli import train
 
     app.command(name="generate")(generate)
     app.add_typer(mix_app, name="mix")
+    app.command(name="train")(train)
     app.command(name="run")(run)
     app.add_typer(bench_app, name="bench")
 

@@ -1,0 +1,112 @@
+"""Training checkpoints: written atomically, the last K kept, everything needed for an exact resume.
+
+Layout: ``<out_dir>/checkpoints/step-00000100/`` with ``drafter/`` (z-lab format, usable as a drafter
+as is), ``trainer.pt`` (optimizer, scheduler, step, data position, RNG states of torch, python and
+numpy) and ``config.yaml`` (the run's :class:`TrainConfig`). A checkpoint is first written into a
+hidden temp folder next to it and moved into place with ``os.replace``; a write that dies half-way
+leaves only a hidden temp folder, which is ignored and cleaned up by the next save.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from flashdraft.io import atomic_replace_dir
+from flashdraft.train.objective import TrainError
+
+STEP_RE = re.compile(r"^step-(\d{8})$")
+
+
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def checkpoint_dir(out_dir: str | Path) -> Path:
+    return Path(out_dir) / "checkpoints"
+
+
+def list_checkpoints(out_dir: str | Path) -> list[Path]:
+    """Complete checkpoints (oldest first); hidden temp folders of interrupted writes are skipped."""
+    root = checkpoint_dir(out_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and STEP_RE.match(p.name) and (p / "trainer.pt").is_file()]
+    return sorted(found, key=lambda p: int(STEP_RE.match(p.name).group(1)))
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    found = list_checkpoints(out_dir)
+    return found[-1] if found else None
+
+
+def save_checkpoint(
+    out_dir: str | Path,
+    step: int,
+    drafter,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    data_state: dict,
+    config,
+    keep_last: int,
+    extra: dict | None = None,
+) -> Path:
+    """Write checkpoint ``step`` atomically, then prune to the newest ``keep_last``."""
+    root = checkpoint_dir(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".step-*"):  # leftovers of an interrupted write
+        shutil.rmtree(stale, ignore_errors=True)
+    final = root / f"step-{step:08d}"
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}."))
+    try:
+        drafter.save_pretrained(tmp / "drafter")
+        state = {
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "data": data_state,
+            "rng": rng_state(),
+            "extra": extra or {},
+        }
+        torch.save(state, tmp / "trainer.pt")
+        config.save(tmp / "config.yaml")
+        atomic_replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in list_checkpoints(out_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: str | Path, drafter, optimizer, scheduler) -> dict:
+    """Restore drafter weights, optimizer, scheduler and RNG from ``path``; return the trainer state."""
+    path = Path(path)
+    if not (path / "trainer.pt").is_file():
+        raise TrainError(f"{path} is not a complete training checkpoint (no trainer.pt); pick another or start afresh")
+    weights = {}
+    for f in sorted((path / "drafter").glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    try:
+        drafter.load_state_dict(weights)
+    except RuntimeError as e:
+        raise TrainError(f"checkpoint {path} does not fit this drafter ({e}); resume with the same drafter shape") from None
+    state = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    return state

@@ -1,0 +1,74 @@
+"""``flashdraft train``: YAML config (``--config``) + flag overrides -> a trained, exported DFlash drafter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+import yaml
+
+from flashdraft.config import ConfigError
+from flashdraft.train.config import TrainConfig
+from flashdraft.train.objective import TrainError
+
+
+def parse_sets(items: list[str] | None) -> dict:
+    """``--set key=value`` pairs (value parsed as YAML) -> overrides for any TrainConfig field."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--set {item!r} must look like key=value (e.g. --set gamma=4)")
+        key = key.strip().replace("-", "_")
+        if key not in TrainConfig.model_fields:
+            raise typer.BadParameter(f"--set {key}: no such train config field; known: {', '.join(TrainConfig.model_fields)}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def train(
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file of train config fields"),
+    data: Optional[list[str]] = typer.Option(None, "--data", help="JSONL/JSON/Parquet records (repeatable)"),
+    out_dir: Optional[str] = typer.Option(None, "--out-dir", help="run folder: checkpoints/, metrics.jsonl, drafter/"),
+    target: Optional[str] = typer.Option(None, "--target", help="target model (default: the embedded gemma-3-270m)"),
+    num_layers: Optional[int] = typer.Option(None, "--num-layers", help="drafter decoder layers"),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="block size B (B-1 drafted tokens)"),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="optimizer steps (overrides --epochs)"),
+    epochs: Optional[float] = typer.Option(None, "--epochs"),
+    lr: Optional[float] = typer.Option(None, "--lr"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+    grad_accum: Optional[int] = typer.Option(None, "--grad-accum"),
+    max_anchors: Optional[int] = typer.Option(None, "--max-anchors"),
+    loss: Optional[str] = typer.Option(None, "--loss", help="ce (target tokens) or kl (target logits)"),
+    bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bf16 autocast for the drafter"),
+    eval_prompts: Optional[str] = typer.Option(None, "--eval-prompts", help="JSONL of held-out {prompt}/{prompt_ids}"),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="stop with a checkpoint after this time"),
+    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="continue from the newest checkpoint"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="any other field: --set key=value (repeatable)"),
+) -> None:
+    """Train a DFlash drafter on the target's own responses; export it to OUT_DIR/drafter (z-lab format)."""
+    from flashdraft.train.loop import Trainer
+
+    flags = dict(
+        data=data or None, out_dir=out_dir, target=target, num_layers=num_layers, block_size=block_size,
+        max_steps=max_steps, epochs=epochs, lr=lr, batch_size=batch_size, grad_accum=grad_accum,
+        max_anchors=max_anchors, loss=loss, bf16=bf16, eval_prompts=eval_prompts, max_minutes=max_minutes,
+        resume=resume,
+    )
+    try:
+        cfg = TrainConfig.load(config, **{**parse_sets(set_), **{k: v for k, v in flags.items() if v is not None}})
+        result = Trainer(cfg).run()
+    except (ConfigError, TrainError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    summary = {
+        "step": result.step, "total_steps": result.total_steps, "stopped": result.stopped,
+        "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+        "drafter": str(result.final_drafter) if result.final_drafter else None,
+        "eval_tau": result.eval["tau"] if result.eval else None,
+    }
+    typer.echo(json.dumps(summary))
+    if result.stopped == "signal":
+        raise typer.Exit(130)

@@ -1,0 +1,240 @@
+"""Training data: records in, tokenised examples with a loss mask, seeded micro-batches with a resumable position.
+
+Accepted records (JSONL, JSON list or Parquet; one schema per file is fine, mixed files too):
+
+* ``{"token_ids": [...], "loss_mask": [...]}``: already tokenised (what ``flashdraft generate`` writes);
+* ``{"prompt": str, "response": str}``: with a chat template, the prompt is the user turn and the
+  response the assistant turn; without one (base models such as Gemma-3-270M) the ids are
+  tokenize(prompt) + tokenize(response, no special tokens) [+ eos];
+* ``{"messages": [{"role", "content"}, ...]}``: needs a chat template; every assistant turn is supervised.
+
+The loss mask covers response tokens only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from flashdraft.train.objective import Batch, TrainError, anchor_candidates
+
+
+@dataclass
+class Example:
+    token_ids: list[int]
+    loss_mask: list[int]
+    index: int  # position in the loaded dataset (stable across runs: seeds anchors)
+
+
+@dataclass
+class DataStats:
+    records: int = 0
+    kept: int = 0
+    skipped_short: int = 0  # shorter than one block
+    skipped_unsupervised: int = 0  # no position can anchor a block (loss mask too sparse)
+    truncated: int = 0
+    tokens: int = 0
+    supervised_tokens: int = 0
+    sources: list[str] = field(default_factory=list)
+
+
+def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Records of a .jsonl / .json / .parquet file, one dict each."""
+    p = Path(path)
+    if not p.is_file():
+        raise TrainError(f"training data {p} does not exist; pass JSONL or Parquet files of records")
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        yield from pq.read_table(p).to_pylist()
+    elif p.suffix == ".json":
+        data = json.loads(p.read_text())
+        yield from (data if isinstance(data, list) else [data])
+    else:
+        with open(p) as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise TrainError(f"{p}:{n} is not valid JSON ({e}); each line must hold one record") from None
+
+
+def _template_ids(tokenizer, messages, add_generation_prompt: bool) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt)
+    if hasattr(out, "keys"):  # BatchEncoding / dict
+        out = out["input_ids"]
+    return list(out)
+
+
+def _chat_ids(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+    """Whole conversation through the template; assistant turns supervised (prefix-checked)."""
+    ids: list[int] = []
+    mask: list[int] = []
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant":
+            continue
+        prefix = _template_ids(tokenizer, messages[:i], add_generation_prompt=True)
+        full = _template_ids(tokenizer, messages[: i + 1], add_generation_prompt=False)
+        if full[: len(prefix)] != prefix or prefix[: len(ids)] != ids:
+            raise TrainError(
+                "the chat template does not render conversations as growing prefixes, so assistant turns cannot be "
+                "located; give token-level records (token_ids + loss_mask) instead"
+            )
+        mask += [0] * (len(prefix) - len(ids)) + [1] * (len(full) - len(prefix))
+        ids = full
+    return ids, mask
+
+
+def tokenize_record(rec: dict[str, Any], tokenizer, eos_id: int | None, append_eos: bool = True) -> tuple[list[int], list[int]]:
+    """One record -> (token ids, loss mask), the mask on response tokens only."""
+    if "token_ids" in rec:
+        ids = [int(t) for t in rec["token_ids"]]
+        mask = [int(bool(m)) for m in rec.get("loss_mask", [1] * len(ids))]
+        if len(mask) != len(ids):
+            raise TrainError(f"record has {len(ids)} token_ids but {len(mask)} loss_mask entries; they must match")
+        return ids, mask
+    if tokenizer is None:
+        raise TrainError("text records need the target's tokenizer; this target has none, give token_ids + loss_mask records")
+    template = getattr(tokenizer, "chat_template", None)
+    if "messages" in rec:
+        if not template:
+            raise TrainError(
+                "chat 'messages' records need a chat template and this target's tokenizer has none (a base model); "
+                "give {prompt, response} records instead"
+            )
+        return _chat_ids(tokenizer, list(rec["messages"]))
+    if "prompt" in rec and "response" in rec:
+        if template:
+            msgs = [{"role": "user", "content": rec["prompt"]}, {"role": "assistant", "content": rec["response"]}]
+            return _chat_ids(tokenizer, msgs)
+        p = list(tokenizer(rec["prompt"], add_special_tokens=True)["input_ids"])
+        r = list(tokenizer(rec["response"], add_special_tokens=False)["input_ids"])
+        if append_eos and eos_id is not None:
+            r.append(eos_id)
+        return p + r, [0] * len(p) + [1] * len(r)
+    raise TrainError(f"record with keys {sorted(rec)} is not understood; use token_ids+loss_mask, prompt+response or messages")
+
+
+def load_examples(
+    paths: list[str | Path], target, max_len: int, block_size: int, append_eos: bool = True
+) -> tuple[list[Example], DataStats]:
+    """Tokenise every record; truncate to ``max_len``; skip (and count) sequences shorter than a block
+    or without any position that can anchor a block."""
+    tok = getattr(target, "tokenizer", None)
+    eos = target.eos_token_ids[0] if getattr(target, "eos_token_ids", None) else None
+    vocab = target.vocab_size
+    stats = DataStats(sources=[str(p) for p in paths])
+    out: list[Example] = []
+    for path in paths:
+        for rec in read_records(path):
+            stats.records += 1
+            ids, mask = tokenize_record(rec, tok, eos, append_eos)
+            if ids and not 0 <= min(ids) <= max(ids) < vocab:
+                raise TrainError(f"{path}: record {stats.records} has token ids outside the target vocabulary 0..{vocab - 1}")
+            if len(ids) > max_len:
+                ids, mask = ids[:max_len], mask[:max_len]
+                stats.truncated += 1
+            if len(ids) < block_size:
+                stats.skipped_short += 1
+                continue
+            m = torch.tensor(mask, dtype=torch.bool)
+            if not anchor_candidates(m, torch.zeros(len(ids), dtype=torch.long)).any():
+                stats.skipped_unsupervised += 1
+                continue
+            out.append(Example(ids, mask, index=len(out)))
+            stats.kept += 1
+            stats.tokens += len(ids)
+            stats.supervised_tokens += int(m.sum())
+    if not out:
+        raise TrainError(
+            f"no usable training sequences in {stats.sources} ({stats.records} records: {stats.skipped_short} shorter "
+            f"than a block of {block_size}, {stats.skipped_unsupervised} without two consecutive supervised tokens)"
+        )
+    return out, stats
+
+
+def collate(rows: list[list[Example]], seeds: list[int], device: torch.device | str = "cpu") -> Batch:
+    """Rows of one or more (packed) examples -> a right-padded :class:`Batch`."""
+    T = max(sum(len(e.token_ids) for e in row) for row in rows)
+    b = len(rows)
+    ids = torch.zeros(b, T, dtype=torch.long)
+    mask = torch.zeros(b, T, dtype=torch.bool)
+    doc = torch.full((b, T), -1, dtype=torch.long)
+    pos = torch.zeros(b, T, dtype=torch.long)
+    for r, row in enumerate(rows):
+        s = 0
+        for j, e in enumerate(row):
+            n = len(e.token_ids)
+            ids[r, s : s + n] = torch.tensor(e.token_ids)
+            mask[r, s : s + n] = torch.tensor(e.loss_mask, dtype=torch.bool)
+            doc[r, s : s + n] = j
+            pos[r, s : s + n] = torch.arange(n)
+            s += n
+    return Batch(ids.to(device), mask.to(device), doc.to(device), pos.to(device), seeds)
+
+
+class DataStream:
+    """Endless seeded micro-batches over epochs; the position (epoch, cursor) is saved and restored.
+
+    The order is a permutation per epoch drawn from (seed, epoch); the anchor seed of a row comes
+    from (seed, epoch, example index), so anchors are re-drawn every epoch and do not depend on how
+    examples are grouped into micro-batches, steps or ranks.
+    """
+
+    def __init__(self, examples: list[Example], batch_size: int, seed: int, pack: bool = False, max_len: int = 0):
+        if pack and max_len <= 0:
+            raise TrainError("packing needs max_len > 0")
+        self.examples, self.batch_size, self.seed = examples, batch_size, seed
+        self.pack, self.max_len = pack, max_len
+        self.epoch, self.cursor = 0, 0
+
+    def _order(self) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.examples))
+
+    def _take(self) -> Example:
+        if self.cursor >= len(self.examples):
+            self.epoch, self.cursor = self.epoch + 1, 0
+        e = self.examples[int(self._order()[self.cursor])]
+        self.cursor += 1
+        return e
+
+    def _seed(self, e: Example) -> int:
+        return int(np.random.SeedSequence([self.seed, self.epoch, e.index]).generate_state(1)[0])
+
+    def next_batch(self, device: torch.device | str = "cpu") -> Batch:
+        rows, seeds = [], []
+        for _ in range(self.batch_size):
+            e = self._take()
+            row, seed = [e], self._seed(e)
+            if self.pack:  # greedily add the next examples while they fit (order unchanged)
+                while True:
+                    if self.cursor >= len(self.examples):
+                        break
+                    nxt = self.examples[int(self._order()[self.cursor])]
+                    if sum(len(x.token_ids) for x in row) + len(nxt.token_ids) > self.max_len:
+                        break
+                    row.append(self._take())
+            rows.append(row)
+            seeds.append(seed)
+        return collate(rows, seeds, device)
+
+    @property
+    def epoch_float(self) -> float:
+        return self.epoch + self.cursor / len(self.examples)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "cursor": self.cursor, "n_examples": len(self.examples), "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state["n_examples"] != len(self.examples):
+            raise TrainError(
+                f"checkpoint was taken on {state['n_examples']} training sequences, the data now gives "
+                f"{len(self.examples)}; resume with the same data files and max_len/block_size"
+            )
+        self.epoch, self.cursor = state["epoch"], state["cursor"]

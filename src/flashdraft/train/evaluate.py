@@ -1,0 +1,67 @@
+"""Real decoding acceptance during and after training: DFlash (and DDTree) tau on held-out prompts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from flashdraft.decode import build_decoder
+from flashdraft.train.objective import TrainError
+
+
+def load_eval_prompts(path: str | Path, target, n: int) -> list[list[int]]:
+    """First ``n`` prompts of a JSONL file of ``{"prompt": str}`` or ``{"prompt_ids": [...]}`` records."""
+    p = Path(path)
+    if not p.is_file():
+        raise TrainError(f"eval prompts {p} do not exist; pass a JSONL of {{prompt}} or {{prompt_ids}} records")
+    out: list[list[int]] = []
+    for line in p.read_text().splitlines():
+        if len(out) >= n:
+            break
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if "prompt_ids" in rec:
+            out.append([int(t) for t in rec["prompt_ids"]])
+        elif "prompt" in rec:
+            out.append(target.encode(rec["prompt"]))
+        else:
+            raise TrainError(f"eval record with keys {sorted(rec)} has neither 'prompt' nor 'prompt_ids'")
+    return out
+
+
+@torch.no_grad()
+def evaluate_tau(
+    target, drafter, prompts: list[list[int]], max_new_tokens: int, method: str = "dflash", budget: int | None = None
+) -> dict:
+    """Greedy decoding of every prompt with ``method``; tau = tokens per verify round (bonus included).
+
+    Returns tau_mean over all rounds, tau per prompt, per-position acceptance over all rounds and tokens.
+    """
+    was_training = drafter.training
+    drafter.eval()
+    try:
+        dec = build_decoder(method, target, drafter, budget=budget)
+        taus: list[int] = []
+        per_prompt = []
+        for ids in prompts:
+            g = dec.generate(ids, max_new_tokens)
+            taus.extend(g.stats.taus)
+            per_prompt.append(g.stats.tau_mean)
+        depth = drafter.block_size - 1
+        rounds = max(len(taus), 1)
+        per_pos = [sum(t >= k + 1 for t in taus) / rounds for k in range(1, depth + 1)]
+        return {
+            "method": method,
+            "budget": budget,
+            "tau": sum(taus) / rounds,
+            "tau_per_prompt": per_prompt,
+            "per_position_acceptance": per_pos,
+            "rounds": len(taus),
+            "prompts": len(prompts),
+        }
+    finally:
+        drafter.reset()
+        drafter.train(was_training)

@@ -1,0 +1,373 @@
+"""The DFlash training objective, shaped exactly like the inference step (:meth:`DFlashDrafter.propose`).
+
+Per sequence, random *anchors* t are drawn among supervised positions (loss_mask at t and t + 1,
+same document; at most ``max_anchors``, sorted, seeded). Each anchor opens a block
+[token_t, MASK x (B-1)] at positions t .. t+B-1. A block's queries see
+
+* the fused target features of its own document at kv positions strictly before t (at inference
+  the anchor is the bonus token, whose target feature does not exist yet), and
+* its own block, bidirectionally (sliding-window layers: causal inside the block, plus the window,
+  mirroring ``DFlashDrafter.block_mask``);
+
+never another block or another packed document. Slot k (1..B-1) predicts the token at t + k
+(same-position labels, as inference reads ``h[1:B]``); slot 0 is unweighted; label positions past the
+end of the sequence, outside the loss mask or in another document get weight 0. Loss is CE on the
+data tokens (default) or KL(target || drafter) on the target's logits at t + k - 1 (fp32), weighted
+by exp(-(k-1)/gamma) and divided by a normaliser the caller computes over the whole optimiser step
+(all micro-batches, all ranks). The LM head + loss run in row chunks under activation checkpointing,
+so a 262k vocabulary never materialises for all rows at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from flashdraft.models.dflash import DFlashDrafter, DrafterError, rope_cos_sin
+from flashdraft.models.forward import capture_layer_outputs, lm_logits
+from flashdraft.models.target import Target
+
+
+class TrainError(ValueError):
+    """Training input or state that cannot be used; the message names the thing and the fix."""
+
+
+@torch.no_grad()
+def init_norm_from_target(drafter: DFlashDrafter, target: Target) -> None:
+    """Start the drafter's final norm with the per-channel profile of the target's final norm.
+
+    The drafter's outputs feed the target's LM head, which reads channels with the weights of the
+    target's own final norm (Gemma: x * (1 + w); on Gemma-3-270M mean ~26, up to ~300). From an init
+    of 1, Adam would need thousands of steps to learn that profile. The copy is divided by its mean
+    absolute value, so the initial logits stay soft (a full-scale copy gave CE ~150 at step 1).
+    """
+    norm = getattr(target.model.get_decoder(), "norm", None)
+    if norm is None or getattr(norm, "weight", None) is None:
+        return
+    w = norm.weight.detach().float()
+    if type(norm).__name__.startswith("Gemma"):  # Gemma RMSNorm multiplies by (1 + weight)
+        w = 1.0 + w
+    w = w / w.abs().mean().clamp(min=1e-6)
+    drafter.norm.weight.copy_(w.to(drafter.norm.weight.dtype))
+
+
+def default_gamma(block_size: int) -> float:
+    """Position-decay gamma: 7 for B=16 and 4 for B=8 (paper); linear in B elsewhere, at least 1."""
+    return {16: 7.0, 8: 4.0}.get(block_size, max(1.0, 4.0 + (block_size - 8) * 3.0 / 8.0))
+
+
+@dataclass
+class Batch:
+    """A micro-batch of rows; a row holds one document, or several when packed."""
+
+    input_ids: torch.Tensor  # [b, T] long (padding 0)
+    loss_mask: torch.Tensor  # [b, T] bool
+    doc_ids: torch.Tensor  # [b, T] long, -1 = padding
+    positions: torch.Tensor  # [b, T] long, position inside its own document
+    row_seeds: list[int]  # one anchor-sampling seed per row (from the example ids, not the step)
+
+    @property
+    def num_tokens(self) -> int:
+        return int((self.doc_ids >= 0).sum())
+
+
+@dataclass
+class Blocks:
+    """Anchors of a batch and the labels/weights of their block slots."""
+
+    anchors: torch.Tensor  # [b, A] long (0 where not valid)
+    valid: torch.Tensor  # [b, A] bool
+    labels: torch.Tensor  # [b, A, B] long: token at anchor + k
+    weights: torch.Tensor  # [b, A, B] float: decay weight, 0 where unsupervised (always 0 at k = 0)
+
+    @property
+    def weight_sum(self) -> float:
+        return float(self.weights.sum())
+
+
+def anchor_candidates(loss_mask: torch.Tensor, doc_ids: torch.Tensor) -> torch.Tensor:
+    """[T] bool: t can anchor a block iff t and t + 1 are supervised and in the same document."""
+    ok = torch.zeros_like(loss_mask)
+    ok[:-1] = loss_mask[:-1] & loss_mask[1:] & (doc_ids[:-1] == doc_ids[1:]) & (doc_ids[:-1] >= 0)
+    return ok
+
+
+def sample_anchors(batch: Batch, max_anchors: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded random anchors per row -> (anchors [b, A], valid [b, A]); A = the most any row got (>= 1)."""
+    rows = []
+    for r in range(batch.input_ids.shape[0]):
+        cand = anchor_candidates(batch.loss_mask[r], batch.doc_ids[r]).nonzero().flatten()  # [n_cand]
+        g = torch.Generator().manual_seed(int(batch.row_seeds[r]))
+        pick = torch.randperm(cand.numel(), generator=g)[:max_anchors]
+        rows.append(cand[pick].sort().values)
+    a = max(1, max(x.numel() for x in rows))
+    anchors = torch.zeros(len(rows), a, dtype=torch.long)
+    valid = torch.zeros(len(rows), a, dtype=torch.bool)
+    for r, x in enumerate(rows):
+        anchors[r, : x.numel()], valid[r, : x.numel()] = x, True
+    return anchors.to(batch.input_ids.device), valid.to(batch.input_ids.device)
+
+
+def block_targets(batch: Batch, anchors: torch.Tensor, valid: torch.Tensor, block_size: int, gamma: float) -> Blocks:
+    """Same-position labels (slot k <- token at anchor + k) and their decay weights."""
+    T = batch.input_ids.shape[1]
+    k = torch.arange(block_size, device=anchors.device)  # [B]
+    pos = anchors[..., None] + k  # [b, A, B]
+    inside = pos < T
+    pos_c = pos.clamp(max=T - 1)
+    flat = pos_c.flatten(1)  # [b, A * B]
+    labels = batch.input_ids.gather(1, flat).view_as(pos)
+    supervised = batch.loss_mask.gather(1, flat).view_as(pos)
+    same_doc = batch.doc_ids.gather(1, flat).view_as(pos) == batch.doc_ids.gather(1, anchors)[..., None]
+    decay = torch.exp(-(k - 1).clamp(min=0).float() / gamma)  # [B]
+    ok = inside & supervised & same_doc & valid[..., None] & (k >= 1)
+    return Blocks(anchors, valid, labels, ok.float() * decay)
+
+
+def training_mask(
+    batch: Batch, blocks: Blocks, block_size: int, layer_type: str, window: int | None
+) -> torch.Tensor:
+    """Visibility for the block queries -> bool [b, 1, A*B, T + A*B] (True = visible)."""
+    a, B = blocks.anchors, block_size
+    b, A = a.shape
+    T = batch.input_ids.shape[1]
+    dev = a.device
+    k = torch.arange(B, device=dev)
+    kv = torch.arange(T, device=dev)
+    anchor_doc = batch.doc_ids.gather(1, a)  # [b, A]
+    anchor_pos = batch.positions.gather(1, a)  # [b, A]
+    # context: same document, strictly before the anchor  -> [b, A, B, T]
+    ctx = (kv[None, None, :] < a[..., None]) & (batch.doc_ids[:, None, :] == anchor_doc[..., None])
+    ctx = ctx[:, :, None, :].expand(b, A, B, T)
+    # own block only -> [b, A, B, A, B]
+    same_block = torch.eye(A, dtype=torch.bool, device=dev)[None, :, None, :, None]
+    blk = same_block.expand(b, A, B, A, B)
+    if layer_type == "sliding_attention":
+        if not window:
+            raise TrainError("a sliding_attention drafter layer needs cfg.sliding_window; set it in the drafter config")
+        q_pos = anchor_pos[..., None] + k  # [b, A, B]
+        rel_ctx = q_pos[..., None] - batch.positions[:, None, None, :]  # [b, A, B, T]
+        ctx = ctx & (rel_ctx < window)
+        rel_blk = k[:, None] - k[None, :]  # [B(q), B(kv)]
+        blk = blk & ((rel_blk >= 0) & (rel_blk < window))[None, None, :, None, :]
+    mask = torch.cat([ctx.reshape(b, A * B, T), blk.reshape(b, A * B, A * B)], dim=-1)
+    return mask[:, None]  # [b, 1, A*B, T + A*B]
+
+
+def _rope(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """RoPE tables for per-row positions [b, n] -> cos, sin [b, n, head_dim]."""
+    b, n = positions.shape
+    cos, sin = rope_cos_sin(positions.flatten(), head_dim, theta, dtype)  # [1, b*n, hd]
+    return cos.view(b, n, head_dim), sin.view(b, n, head_dim)
+
+
+def drafter_hidden(
+    drafter: DFlashDrafter,
+    features: torch.Tensor,
+    batch: Batch,
+    blocks: Blocks,
+    noise: float = 0.0,
+    checkpoint_layers: bool = False,
+) -> torch.Tensor:
+    """Drafter outputs for every block slot -> [b, A, B, hidden] (after the final norm)."""
+    c, B = drafter.cfg, drafter.block_size
+    target = drafter.target  # raises if unbound
+    dtype = next(drafter.parameters()).dtype
+    b, A = blocks.anchors.shape
+    feats = features.to(dtype)  # [b, T, K * H]
+    if noise > 0:  # noise touches only the fc input, never the target's logits or labels
+        feats = feats + (torch.rand_like(feats) * 2 - 1) * noise
+    ctx = drafter.hidden_norm(drafter.fc(feats))  # [b, T, d]
+    block_ids = torch.full((b, A, B), c.mask_token_id, dtype=torch.long, device=feats.device)
+    block_ids[..., 0] = batch.input_ids.gather(1, blocks.anchors)
+    x = target.model.get_input_embeddings()(block_ids.view(b, A * B)).to(dtype)  # [b, A*B, d]
+    q_pos = (batch.positions.gather(1, blocks.anchors)[..., None] + torch.arange(B, device=x.device)).view(b, A * B)
+    rope_x = _rope(q_pos, c.head_dim, c.rope_theta, dtype)
+    rope_c = _rope(batch.positions, c.head_dim, c.rope_theta, dtype)
+    masks = {lt: training_mask(batch, blocks, B, lt, c.sliding_window) for lt in set(c.layer_types)}
+
+    def run_layer(layer, x, ctx):
+        return layer(x, rope_x, layer.self_attn.kv(ctx, *rope_c), masks[layer.layer_type])
+
+    for layer in drafter.layers:
+        if checkpoint_layers and torch.is_grad_enabled():
+            x = checkpoint(run_layer, layer, x, ctx, use_reentrant=False)
+        else:
+            x = run_layer(layer, x, ctx)
+    return drafter.norm(x).view(b, A, B, -1)
+
+
+@torch.no_grad()
+def target_pass(target: Target, batch: Batch, layer_ids: list[int], want_final: bool):
+    """Frozen target over the batch, documents isolated -> (features [b, T, K*H], final hidden [b, T, H] | None)."""
+    ids, doc, pos = batch.input_ids, batch.doc_ids, batch.positions
+    T = ids.shape[1]
+    idx = torch.arange(T, device=ids.device)
+    vis = (idx[None, :, None] >= idx[None, None, :]) & (doc[:, :, None] == doc[:, None, :]) & (doc[:, None, :] >= 0)
+    vis = vis | torch.eye(T, dtype=torch.bool, device=ids.device)  # padding rows see themselves: no empty rows
+    cfg, dt = target.config, target.dtype
+
+    def additive(allow):  # [b, T, T] -> [b, 1, T, T]
+        return torch.zeros(allow.shape, dtype=dt, device=ids.device).masked_fill_(~allow, torch.finfo(dt).min)[:, None]
+
+    window = getattr(cfg, "sliding_window", None)
+    windowed = vis & ((pos[:, :, None] - pos[:, None, :]) < window) if window else vis
+    if getattr(cfg, "layer_types", None):
+        masks = {lt: additive(windowed if lt == "sliding_attention" and window else vis) for lt in set(cfg.layer_types)}
+    else:
+        masks = additive(windowed)
+    with capture_layer_outputs(target, layer_ids) as feats:
+        out = target.model.get_decoder()(input_ids=ids, position_ids=pos, attention_mask=masks, use_cache=False)
+    features = torch.cat(feats, dim=-1)  # [b, T, K * H]
+    return features, (out.last_hidden_state if want_final else None)
+
+
+class LMHead:
+    """The target's frozen LM head (+ Gemma-style final soft-capping), fp32 logits out.
+
+    Under autocast the weight is cast once and cached per dtype: autocast would otherwise re-cast a
+    frozen 262k x 640 matrix on every chunk. Without autocast it is exactly :func:`lm_logits`.
+    """
+
+    def __init__(self, target: Target):
+        self.target = target
+        self._cast: dict[torch.dtype, torch.Tensor] = {}
+
+    def __call__(self, h: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [m, V] (or [m, len(rows)] over the vocabulary ids ``rows`` only)."""
+        dev = h.device.type
+        if not torch.is_autocast_enabled(dev) and rows is None:
+            return lm_logits(self.target, h)
+        dt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else h.dtype
+        if dt not in self._cast:
+            self._cast[dt] = self.target.model.get_output_embeddings().weight.detach().to(dt)
+        w = self._cast[dt] if rows is None else self._cast[dt].index_select(0, rows)  # [V or n_rows, d]
+        logits = F.linear(h.to(dt), w).float()  # [m, V]
+        cap = getattr(self.target.config, "final_logit_softcapping", None)
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+
+def _chunk_loss(head: LMHead, h, labels, weights, teacher_h, kind: str, rows=None):
+    """Weighted loss sum and argmax hits for one chunk of rows (recomputed in backward)."""
+    logits = head(h, rows)  # [m, V] fp32 (V = len(rows) for a sampled vocabulary)
+    if kind == "ce":
+        per_row = F.cross_entropy(logits, labels, reduction="none")  # [m]
+        ref = labels
+    else:
+        t_logp = torch.log_softmax(head(teacher_h).float(), dim=-1)  # [m, V]
+        per_row = (t_logp.exp() * (t_logp - torch.log_softmax(logits, dim=-1))).sum(-1)  # KL(target || drafter)
+        ref = t_logp.argmax(-1)
+    return (per_row * weights).sum(), logits.argmax(-1) == ref
+
+
+@dataclass
+class StepOutput:
+    loss: torch.Tensor  # scalar: weighted loss sum / normaliser (backward-ready)
+    weighted_loss_sum: float  # sum of weight * loss in this micro-batch
+    weight_sum: float
+    correct: torch.Tensor  # [b, A, B] bool: drafter argmax == label (False where weight 0)
+    blocks: Blocks
+
+
+class DFlashObjective:
+    """Loss of a drafter on a batch, with online (frozen) target features."""
+
+    def __init__(
+        self,
+        drafter: DFlashDrafter,
+        max_anchors: int = 64,
+        gamma: float | None = None,
+        loss: str = "ce",
+        feature_noise: float = 0.0,
+        lm_head_chunk: int = 128,
+        checkpoint_layers: bool = False,
+        checkpoint_lm_head: bool = True,
+        loss_vocab: int | None = None,
+    ):
+        if loss not in ("ce", "kl"):
+            raise TrainError(f"loss {loss!r} is not supported; use 'ce' (target tokens) or 'kl' (target logits)")
+        if loss_vocab is not None and loss != "ce":
+            raise TrainError("loss_vocab (sampled softmax) applies to loss 'ce' only; drop it or use --loss ce")
+        if drafter.cfg.draft_vocab_size is not None:
+            raise TrainError("training a reduced draft vocabulary (draft_vocab_size) is not supported; train full-vocab")
+        self.drafter, self.max_anchors, self.loss_kind = drafter, max_anchors, loss
+        self.gamma = gamma if gamma is not None else default_gamma(drafter.block_size)
+        self.noise, self.chunk, self.checkpoint_layers = feature_noise, lm_head_chunk, checkpoint_layers
+        self.loss_vocab = loss_vocab  # None: full vocabulary; n: labels + n uniform negatives per micro-batch
+        self.checkpoint_lm_head = checkpoint_lm_head  # False: keep each chunk's logits for backward (faster, more memory)
+        self.head = LMHead(drafter.target) if drafter._target is not None else None
+
+    def blocks(self, batch: Batch) -> Blocks:
+        anchors, valid = sample_anchors(batch, self.max_anchors)
+        return block_targets(batch, anchors, valid, self.drafter.block_size, self.gamma)
+
+    def __call__(self, batch: Batch, blocks: Blocks, normaliser: float) -> StepOutput:
+        d = self.drafter
+        try:
+            target = d.target
+        except DrafterError as e:
+            raise TrainError(f"cannot train: {e}") from None
+        if self.head is None or self.head.target is not target:
+            self.head = LMHead(target)
+        features, final_h = target_pass(target, batch, d.target_layer_ids, want_final=self.loss_kind == "kl")
+        h = drafter_hidden(d, features, batch, blocks, self.noise, self.checkpoint_layers)  # [b, A, B, d]
+        sel = blocks.weights > 0  # [b, A, B]
+        rows = h[sel]  # [m, d]
+        labels, weights = blocks.labels[sel], blocks.weights[sel]  # [m]
+        teacher = None
+        if final_h is not None:  # the target's prediction of token anchor+k comes from position anchor+k-1
+            src = (blocks.anchors[..., None] + torch.arange(d.block_size, device=h.device) - 1)
+            src = src.clamp(0, final_h.shape[1] - 1)  # [b, A, B]; clamped rows have weight 0
+            teacher = final_h.gather(1, src.flatten(1)[..., None].expand(-1, -1, final_h.shape[-1]))
+            teacher = teacher.view(*src.shape, -1)[sel]  # [m, H]
+        vocab_rows = None
+        if self.loss_vocab:  # sampled softmax: the batch's labels plus uniform negatives (torch RNG: resumable)
+            neg = torch.randint(0, target.vocab_size, (self.loss_vocab,), device=labels.device)
+            vocab_rows = torch.unique(torch.cat([labels, neg]))  # sorted
+            labels = torch.searchsorted(vocab_rows, labels)  # ids inside the sampled vocabulary
+        total = h.new_zeros((), dtype=torch.float32)
+        hits = []
+        for s in range(0, rows.shape[0], self.chunk):
+            e = s + self.chunk
+            args = (self.head, rows[s:e], labels[s:e], weights[s:e], None if teacher is None else teacher[s:e], self.loss_kind,
+                    vocab_rows)
+            if torch.is_grad_enabled() and self.checkpoint_lm_head:
+                part, hit = checkpoint(_chunk_loss, *args, use_reentrant=False)
+            else:
+                part, hit = _chunk_loss(*args)
+            total = total + part
+            hits.append(hit)
+        if not torch.isfinite(total):
+            raise TrainError(
+                f"non-finite loss ({float(total.detach())}): check the drafter weights (NaN init?), the features of target "
+                f"{target.name} and the learning rate"
+            )
+        correct = torch.zeros_like(sel)
+        if hits:
+            correct[sel] = torch.cat(hits)
+        ws = float(weights.sum())
+        return StepOutput(total / max(normaliser, 1e-12), float(total.detach()), ws, correct, blocks)
+
+
+def acceptance_metrics(correct: torch.Tensor, weights: torch.Tensor) -> dict[str, float | list[float]]:
+    """Training proxies: slot accuracy, per-slot accuracy and the expected accepted length tau.
+
+    correct, weights: [b, A, B]. tau per anchor = 1 + sum_k prod_{i<=k} hit_i over supervised slots
+    (an unsupervised slot ends the chain), averaged over anchors whose slot 1 is supervised.
+    """
+    sup = weights > 0
+    hit = (correct & sup)[..., 1:].float()  # [b, A, B-1]
+    chain = torch.cumprod(hit, dim=-1).sum(-1)  # [b, A]
+    have = sup[..., 1]  # [b, A]
+    n = int(have.sum())
+    per_slot = [float(hit[..., j][sup[..., j + 1]].mean()) if sup[..., j + 1].any() else math.nan for j in range(hit.shape[-1])]
+    return {
+        "acc": float(hit[sup[..., 1:]].mean()) if sup.any() else math.nan,
+        "tau_proxy": float(1 + chain[have].mean()) if n else math.nan,
+        "acc_per_slot": per_slot,
+        "n_anchors": n,
+    }

@@ -1,0 +1,115 @@
+"""The loop on a tiny target: exact resume, atomic checkpoints, signals, export, eval, skipped sequences."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from flashdraft.decode import build_decoder
+from flashdraft.models.dflash import DFlashDrafter
+from flashdraft.train import checkpoint as ckpt_mod
+from flashdraft.train.checkpoint import latest_checkpoint, list_checkpoints
+from flashdraft.train.config import TrainConfig
+from flashdraft.train.loop import Trainer
+from tests.tiny import MASK_ID, hf_greedy, random_prompts, tiny_target
+
+
+def write_data(path, n=6, seed=0, short=2):
+    """Token-level records: a random prompt + the tiny target's greedy continuation (loss on the latter)."""
+    target = tiny_target("qwen3")
+    with open(path, "w") as f:
+        for i, p in enumerate(random_prompts(n, 6, seed=seed)):
+            resp = hf_greedy(target, p, 18)
+            f.write(json.dumps({"token_ids": p + resp, "loss_mask": [0] * len(p) + [1] * len(resp)}) + "\n")
+        for _ in range(short):
+            f.write(json.dumps({"token_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}) + "\n")
+    return path
+
+
+def make_cfg(tmp_path, data, **kw):
+    base = dict(
+        target="tiny", data=[str(data)], out_dir=str(tmp_path / "run"), num_layers=1, block_size=4,
+        target_layer_ids=[1, 3], mask_token_id=MASK_ID, max_len=64, max_anchors=4, batch_size=2, grad_accum=2,
+        max_steps=6, lr=3e-3, warmup_ratio=0.2, save_every=2, keep_last=2, progress=False, feature_noise=0.01,
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_data(tmp_path_factory.mktemp("data") / "train.jsonl")
+
+
+def test_kill_and_resume_gives_the_same_losses(tmp_path, data):
+    full = Trainer(make_cfg(tmp_path / "a", data), target=tiny_target("qwen3")).run()
+    assert full.stopped == "done" and len(full.losses) == 6
+    part = Trainer(make_cfg(tmp_path / "b", data), target=tiny_target("qwen3")).run(stop_after=3)
+    assert part.stopped == "stop_after" and part.step == 3
+    rest = Trainer(make_cfg(tmp_path / "b", data), target=tiny_target("qwen3")).run()
+    assert rest.step == 6
+    assert {**part.losses, **rest.losses} == full.losses  # bitwise-equal floats
+    a = DFlashDrafter.from_pretrained(tmp_path / "a" / "run" / "drafter")
+    b = DFlashDrafter.from_pretrained(tmp_path / "b" / "run" / "drafter")
+    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(va, vb), k
+    steps = [json.loads(l)["step"] for l in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(l)["kind"] == "train"]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert [p.name for p in list_checkpoints(tmp_path / "b" / "run")] == ["step-00000004", "step-00000006"]
+    assert (list_checkpoints(tmp_path / "b" / "run")[-1] / "config.yaml").is_file()
+
+
+def test_sigterm_saves_and_stops(tmp_path, data):
+    tr = Trainer(make_cfg(tmp_path, data, save_every=100), target=tiny_target("qwen3"))
+    orig = tr.train_step
+
+    def step_then_signal():
+        m = orig()
+        if tr.step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return m
+
+    tr.train_step = step_then_signal
+    res = tr.run()
+    assert res.stopped == "signal" and res.step == 2
+    assert latest_checkpoint(tmp_path / "run").name == "step-00000002"
+    assert Trainer(make_cfg(tmp_path, data), target=tiny_target("qwen3")).step == 2
+
+
+def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, data, monkeypatch):
+    tr = Trainer(make_cfg(tmp_path, data, save_every=100), target=tiny_target("qwen3"))
+    tr.run(stop_after=1)
+    good = latest_checkpoint(tmp_path / "run")
+    tr.train_step()
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt("killed mid-write")
+
+    monkeypatch.setattr(ckpt_mod.torch, "save", boom)  # dies after drafter/ was written, before trainer.pt
+    with pytest.raises(KeyboardInterrupt):
+        tr.save()
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path / "run") == good
+    resumed = Trainer(make_cfg(tmp_path, data), target=tiny_target("qwen3"))
+    assert resumed.step == 1
+
+
+def test_export_loads_and_decodes_and_eval_reports_tau(tmp_path, data):
+    target = tiny_target("qwen3")
+    prompts = random_prompts(2, 5, seed=9)
+    tr = Trainer(make_cfg(tmp_path, data, max_steps=2, eval_every=1), target=target, eval_prompts=prompts)
+    res = tr.run()
+    assert res.eval is not None and 1.0 <= res.eval["tau"] <= 4.0
+    assert len(res.eval["per_position_acceptance"]) == 3
+    assert tr.data_stats.skipped_short == 2 and tr.data_stats.kept == 6
+    lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any(l["kind"] == "eval" for l in lines) and lines[0]["skipped_short"] == 2
+    d = DFlashDrafter.from_pretrained(res.final_drafter, target)
+    for method in ("dflash", "ddtree"):
+        g = build_decoder(method, target, d, budget=6 if method == "ddtree" else None).generate(prompts[0], 12)
+        assert g.tokens == hf_greedy(target, prompts[0], 12)  # lossless with the trained drafter
