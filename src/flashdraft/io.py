@@ -29,8 +29,16 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_replace_dir(tmp_dir: Path, final_dir: Path) -> None:
-    """Move a fully written ``tmp_dir`` into place as ``final_dir`` (replacing an old one)."""
+    """Move a fully written ``tmp_dir`` into place as ``final_dir`` (replacing an old one).
+
+    ``tempfile.mkdtemp`` (and some writers) create owner-only entries; outputs are meant to be shared,
+    so the tree is made readable (dirs 0755, files 0644) before it appears under its final name.
+    """
     final_dir = Path(final_dir)
+    for root, dirs, files in os.walk(tmp_dir):
+        os.chmod(root, 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
     if final_dir.exists():
         old = final_dir.with_name(f".{final_dir.name}.old")
         shutil.rmtree(old, ignore_errors=True)

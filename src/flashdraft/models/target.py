@@ -192,8 +192,6 @@ def convert_gguf(gguf_path: Path, sha256: str | None = None) -> Path:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "flashdraft_source.txt").write_text(f"converted from {gguf_path.name} sha256={sha}\n")
-        for f in [tmp, *tmp.iterdir()]:  # mkdtemp and safetensors create owner-only files; a cache is shared
-            f.chmod(0o755 if f.is_dir() else 0o644)
         atomic_replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
