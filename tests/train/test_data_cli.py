@@ -101,3 +101,18 @@ def test_cli_trains_exports_and_reports_errors(tmp_path, monkeypatch):
     assert bad.exit_code == 2 and "gamma" in bad.output
     bad2 = CliRunner().invoke(app, [*args, "--set", "nonsense=1"])
     assert bad2.exit_code != 0 and "no such train config field" in bad2.output
+
+
+def test_generate_output_folder_is_training_data(tmp_path):
+    """`flashdraft generate` writes part-*.parquet records with token_ids + loss_mask: train reads the folder."""
+    from flashdraft.generate.output import OutputWriter
+    from flashdraft.train.data import load_examples
+    from tests.tiny import tiny_target
+
+    w = OutputWriter(tmp_path / "regen", flush_every=2)
+    for i in range(3):
+        w.add({"source": "s", "id": f"s:{i}", "messages": [], "response": "", "token_ids": list(range(1, 21)),
+               "loss_mask": [0] * 8 + [1] * 12})
+    w.flush()
+    examples, stats = load_examples([tmp_path / "regen"], tiny_target("qwen3"), max_len=64, block_size=4)
+    assert stats.records == 3 and len(examples) == 3 and stats.supervised_tokens == 36

@@ -44,8 +44,17 @@ class DataStats:
 
 
 def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Records of a .jsonl / .json / .parquet file, one dict each."""
+    """Records of a .jsonl / .json / .parquet file, or of a `flashdraft generate` output folder, one dict each."""
     p = Path(path)
+    if p.is_dir():
+        from flashdraft.generate.output import part_files
+
+        parts = part_files(p)
+        if not parts:
+            raise TrainError(f"folder {p} holds no `flashdraft generate` parts (part-*.parquet); pass record files")
+        for part in parts:
+            yield from read_records(part)
+        return
     if not p.is_file():
         raise TrainError(f"training data {p} does not exist; pass JSONL or Parquet files of records")
     if p.suffix == ".parquet":
