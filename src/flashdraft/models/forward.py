@@ -28,22 +28,22 @@ def cache_length(cache: DynamicCache) -> int:
 
 
 def attention_masks(config, q_pos: torch.Tensor, k_pos: torch.Tensor, visible: torch.Tensor, dtype: torch.dtype):
-    """Additive masks per layer type, shaped [1, 1, n_q, n_k].
+    """Additive masks per layer type, shaped [1, 1, n_q, n_k] (or [b, 1, n_q, n_k] for batched inputs).
 
-    q_pos: [n_q] absolute positions of the new tokens; k_pos: [n_k] positions of all keys (past + new);
-    visible: [n_q, n_k] bool, which keys each query may see before windows are applied.
+    q_pos: [(b,) n_q] absolute positions of the queries; k_pos: [(b,) n_k] positions of all keys (past + new);
+    visible: [(b,) n_q, n_k] bool, which keys each query may see before windows are applied.
     Returns a dict {layer_type: mask} for models with ``layer_types`` (Gemma3, Qwen3, ...), else one mask.
     """
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
 
     def additive(allow: torch.Tensor) -> torch.Tensor:
-        m = torch.zeros(allow.shape, dtype=dtype, device=allow.device)
-        return m.masked_fill_(~allow, torch.finfo(dtype).min)[None, None]  # [1, 1, n_q, n_k]
+        m = torch.zeros(allow.shape, dtype=dtype, device=allow.device).masked_fill_(~allow, torch.finfo(dtype).min)
+        return m[None, None] if m.dim() == 2 else m[:, None]  # [1 or b, 1, n_q, n_k]
 
     def windowed(allow: torch.Tensor) -> torch.Tensor:
         # HF sliding-window semantics: query at q sees key at k iff q - k < window.
-        return allow & ((q_pos[:, None] - k_pos[None, :]) < window)
+        return allow & ((q_pos[..., :, None] - k_pos[..., None, :]) < window)
 
     if not layer_types:
         return additive(windowed(visible) if window else visible)

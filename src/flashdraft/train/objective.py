@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from flashdraft.models.dflash import DFlashDrafter, DrafterError, rope_cos_sin
-from flashdraft.models.forward import capture_layer_outputs, lm_logits
+from flashdraft.models.forward import attention_masks, capture_layer_outputs, lm_logits
 from flashdraft.models.target import Target
 
 
@@ -209,17 +209,7 @@ def target_pass(target: Target, batch: Batch, layer_ids: list[int], want_final: 
     idx = torch.arange(T, device=ids.device)
     vis = (idx[None, :, None] >= idx[None, None, :]) & (doc[:, :, None] == doc[:, None, :]) & (doc[:, None, :] >= 0)
     vis = vis | torch.eye(T, dtype=torch.bool, device=ids.device)  # padding rows see themselves: no empty rows
-    cfg, dt = target.config, target.dtype
-
-    def additive(allow):  # [b, T, T] -> [b, 1, T, T]
-        return torch.zeros(allow.shape, dtype=dt, device=ids.device).masked_fill_(~allow, torch.finfo(dt).min)[:, None]
-
-    window = getattr(cfg, "sliding_window", None)
-    windowed = vis & ((pos[:, :, None] - pos[:, None, :]) < window) if window else vis
-    if getattr(cfg, "layer_types", None):
-        masks = {lt: additive(windowed if lt == "sliding_attention" and window else vis) for lt in set(cfg.layer_types)}
-    else:
-        masks = additive(windowed)
+    masks = attention_masks(target.config, pos, pos, vis, target.dtype)  # per layer type, [b, 1, T, T]
     with capture_layer_outputs(target, layer_ids) as feats:
         out = target.model.get_decoder()(input_ids=ids, position_ids=pos, attention_mask=masks, use_cache=False)
     features = torch.cat(feats, dim=-1)  # [b, T, K * H]
