@@ -22,9 +22,11 @@ def _register() -> None:
     from flashdraft.generate.cli import generate
     from flashdraft.mix.cli import app as mix_app
     from flashdraft.train.cli import train
+    from flashdraft.train.features_cli import features
 
     app.command(name="generate")(generate)
     app.add_typer(mix_app, name="mix")
+    app.command(name="features")(features)
     app.command(name="train")(train)
     app.command(name="run")(run)
     app.add_typer(bench_app, name="bench")

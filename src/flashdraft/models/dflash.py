@@ -109,6 +109,16 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: to
     return emb.cos().to(dtype)[None], emb.sin().to(dtype)[None]
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, gqa: bool) -> torch.Tensor:
+    """Attention of q [b, h, q, hd] over k, v [b, kv_heads, n, hd]; ``mask`` is a dense bool mask
+    (True = visible, SDPA), None (all visible), or a flex-attention ``BlockMask`` (training on GPUs)."""
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        from flashdraft.train.flex import flex_attend
+
+        return flex_attend(q, k, v, mask, gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
 class DFlashAttention(nn.Module):
     def __init__(self, cfg: DFlashConfig):
         super().__init__()
@@ -139,7 +149,7 @@ class DFlashAttention(nn.Module):
         kx, vx = self.kv(x, cos, sin)
         k = torch.cat([ctx_kv[0], kx], dim=2)  # [b, kv_heads, c + q, hd]
         v = torch.cat([ctx_kv[1], vx], dim=2)
-        out = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv)
+        out = attend(qs, k, v, mask, gqa=self.n_heads != self.n_kv)  # [b, h, q, hd]
         return self.o_proj(out.transpose(1, 2).reshape(b, q, self.n_heads * self.head_dim))
 
 
@@ -220,8 +230,10 @@ class DFlashDrafter(nn.Module):
         mask_token_id: int | None = None,
         intermediate_size: int | None = None,
         seed: int = 0,
+        draft_vocab: torch.Tensor | None = None,
     ) -> "DFlashDrafter":
-        """A freshly initialised drafter shaped for ``target`` (width, heads and vocabulary from it)."""
+        """A freshly initialised drafter shaped for ``target`` (width, heads and vocabulary from it);
+        ``draft_vocab`` [Vd] target ids gives it a reduced vocabulary (see :meth:`set_draft_vocab`)."""
         tc = target.config
         ids = target_layer_ids if target_layer_ids is not None else target.default_layer_ids(num_layers)
         check_target_layer_ids(ids, target.num_layers, target.name)
@@ -243,10 +255,41 @@ class DFlashDrafter(nn.Module):
             rms_norm_eps=float(getattr(tc, "rms_norm_eps", 1e-6)),
             vocab_size=target.vocab_size,
         )
+        if draft_vocab is not None:
+            cfg.draft_vocab_size = int(draft_vocab.numel())
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             drafter = cls(cfg)
-        return drafter.to(device=target.device, dtype=target.dtype).bind(target)
+        drafter = drafter.to(device=target.device, dtype=target.dtype).bind(target)
+        if draft_vocab is not None:
+            drafter.set_draft_vocab(draft_vocab)
+        return drafter
+
+    @torch.no_grad()
+    def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
+        """Use the target ids ``token_ids`` [Vd] as the draft vocabulary: fill d2t/t2d and start the
+        drafter's ``lm_head`` from the target's LM-head rows of those ids (same logits there)."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long).flatten().sort().values.to(self.d2t.device)
+        if self.cfg.draft_vocab_size is None or ids.numel() != self.cfg.draft_vocab_size:
+            raise DrafterError(f"{ids.numel()} draft ids for a drafter with draft_vocab_size {self.cfg.draft_vocab_size}")
+        if ids.unique().numel() != ids.numel() or not 0 <= int(ids[0]) <= int(ids[-1]) < self.cfg.vocab_size:
+            raise DrafterError(f"draft ids must be distinct target ids in 0..{self.cfg.vocab_size - 1}")
+        self.d2t.copy_(ids - torch.arange(ids.numel(), device=ids.device))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+        w = self.target.model.get_output_embeddings().weight
+        self.lm_head.weight.copy_(w.index_select(0, ids.to(w.device)).to(self.lm_head.weight))
+
+    def draft_token_ids(self) -> torch.Tensor:
+        """Target ids of the draft vocabulary, in draft-id order -> [Vd] long."""
+        return self.d2t + torch.arange(self.d2t.numel(), device=self.d2t.device)
+
+    def t2d_index(self) -> torch.Tensor:
+        """Target id -> draft id (-1 where the draft vocabulary lacks it) -> [vocab] long."""
+        idx = torch.full((self.cfg.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)
+        ids = self.draft_token_ids()
+        idx[ids] = torch.arange(ids.numel(), device=ids.device)
+        return idx
 
     def check_fits(self, target: Target) -> None:
         """Refuse a target whose width, vocabulary, depth or mask token do not match this drafter."""
@@ -349,7 +392,7 @@ class DFlashDrafter(nn.Module):
             return lm_logits(self.target, h)
         small = self.lm_head(h).float()  # [m, draft_vocab]
         full = small.new_full((h.shape[0], self.cfg.vocab_size), float("-inf"))
-        full[:, torch.arange(self.cfg.draft_vocab_size, device=h.device) + self.d2t] = small
+        full[:, self.draft_token_ids()] = small
         return full
 
     def block_mask(self, layer_type: str, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:

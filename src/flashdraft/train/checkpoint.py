@@ -2,13 +2,15 @@
 
 Layout: ``<out_dir>/checkpoints/step-00000100/`` with ``drafter/`` (z-lab format, usable as a drafter
 as is), ``trainer.pt`` (optimizer, scheduler, step, data position, RNG states of torch, python and
-numpy) and ``config.yaml`` (the run's :class:`TrainConfig`). A checkpoint is first written into a
+numpy) and ``config.yaml`` (the run's :class:`TrainConfig`); ``checkpoints/best.json`` names the step with the best
+held-out tau, which pruning keeps besides the newest K. A checkpoint is first written into a
 hidden temp folder next to it and moved into place with ``os.replace``; a write that dies half-way
 leaves only a hidden temp folder, which is ignored and cleaned up by the next save.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from flashdraft.io import atomic_replace_dir
+from flashdraft.io import atomic_replace_dir, atomic_write_text
 from flashdraft.train.objective import TrainError
 
 STEP_RE = re.compile(r"^step-(\d{8})$")
@@ -62,10 +64,10 @@ def save_checkpoint(
     scheduler,
     data_state: dict,
     config,
-    keep_last: int,
     extra: dict | None = None,
 ) -> Path:
-    """Write checkpoint ``step`` atomically, then prune to the newest ``keep_last``."""
+    """Write checkpoint ``step`` atomically (pruning is :func:`prune_checkpoints`, done after every
+    variant of the step is saved)."""
     root = checkpoint_dir(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".step-*"):  # leftovers of an interrupted write
@@ -88,9 +90,30 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for old in list_checkpoints(out_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def checkpoint_steps(out_dir: str | Path) -> list[int]:
+    return [int(STEP_RE.match(p.name).group(1)) for p in list_checkpoints(out_dir)]
+
+
+def prune_checkpoints(out_dir: str | Path, keep_last: int, protect: int | None = None) -> None:
+    """Delete all but the newest ``keep_last`` checkpoints, never the step ``protect`` (the best)."""
+    for old in list_checkpoints(out_dir)[:-keep_last]:
+        if protect is None or int(STEP_RE.match(old.name).group(1)) != protect:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def read_best(out_dir: str | Path) -> dict:
+    """``{"step", "tau"}`` of the best checkpoint by held-out tau so far (empty before any eval)."""
+    p = checkpoint_dir(out_dir) / "best.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def write_best(out_dir: str | Path, best: dict) -> None:
+    root = checkpoint_dir(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(root / "best.json", json.dumps(best) + "\n")
 
 
 def load_checkpoint(path: str | Path, drafter, optimizer, scheduler) -> dict:

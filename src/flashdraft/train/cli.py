@@ -45,6 +45,7 @@ def train(
     bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bf16 autocast for the drafter"),
     eval_prompts: Optional[str] = typer.Option(None, "--eval-prompts", help="JSONL of held-out {prompt}/{prompt_ids}"),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="stop with a checkpoint after this time"),
+    features: Optional[str] = typer.Option(None, "--features", help="offline feature cache (flashdraft features)"),
     resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="continue from the newest checkpoint"),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="any other field: --set key=value (repeatable)"),
 ) -> None:
@@ -55,7 +56,7 @@ def train(
         data=data or None, out_dir=out_dir, target=target, num_layers=num_layers, block_size=block_size,
         max_steps=max_steps, epochs=epochs, lr=lr, batch_size=batch_size, grad_accum=grad_accum,
         max_anchors=max_anchors, loss=loss, bf16=bf16, eval_prompts=eval_prompts, max_minutes=max_minutes,
-        resume=resume,
+        resume=resume, features=features,
     )
     try:
         cfg = TrainConfig.load(config, **{**parse_sets(set_), **{k: v for k, v in flags.items() if v is not None}})

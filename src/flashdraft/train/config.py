@@ -23,15 +23,24 @@ class TrainConfig(Section):
     mask_token_id: int | None = None
     intermediate_size: int | None = None
     init_norm_from_target: bool = Field(True, description="fresh drafters: final norm starts at the target's scale")
+    draft_vocab_size: int | None = Field(
+        None, ge=1, description="reduced draft vocabulary: the N most frequent supervised tokens of the data (d2t/t2d)"
+    )
+    features: str | None = Field(None, description="offline feature cache from `flashdraft features` (else online)")
 
     # objective
     max_len: int = Field(1024, ge=2)
     max_anchors: int = Field(64, ge=1)
     gamma: float | None = Field(None, gt=0, description="decay exp(-(k-1)/gamma); default 7 for B=16, 4 for B=8")
+    position_weights: Literal["decay", "dpace"] = "decay"
+    dpace_alpha: float = Field(0.5, ge=0, le=1, description="D-PACE smoothing: q' = (1 - alpha) q + alpha")
     loss: Literal["ce", "kl"] = "ce"
     feature_noise: float = Field(0.0, ge=0, description="uniform +-noise on the fc input only")
     lm_head_chunk: int = Field(128, ge=1, description="rows per checkpointed LM-head + loss chunk")
     checkpoint_layers: bool = False
+    attention: Literal["auto", "sdpa", "flex"] = Field(
+        "auto", description="drafter training attention: flex on CUDA, SDPA + dense mask on CPU (auto)"
+    )
     loss_vocab: int | None = Field(
         None, ge=1, description="CE over the batch's labels + this many uniform negatives (sampled softmax); None = full"
     )
@@ -52,6 +61,7 @@ class TrainConfig(Section):
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = Field(1.0, ge=0)
     bf16: bool = Field(False, description="bf16 autocast for the drafter forward (weights stay fp32)")
+    ema_decay: float | None = Field(None, gt=0, lt=1, description="EMA of the weights (evaluated and exported)")
     seed: int = 0
     threads: int | None = Field(None, ge=1)
 
@@ -64,10 +74,44 @@ class TrainConfig(Section):
     eval_n: int = Field(8, ge=0)
     eval_max_new_tokens: int = Field(48, ge=1)
     progress: bool = True
+    tensorboard: bool = True
     resume: bool = True
+
+    # several drafters from one target pass: [{name: b8, block_size: 8}, {name: b16, block_size: 16}]
+    variants: list[dict] = Field(default_factory=list, description="per-variant overrides of VARIANT_FIELDS")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
         if self.max_len < self.block_size:
             raise ValueError(f"max_len {self.max_len} is shorter than one block ({self.block_size}); raise max_len")
+        names = []
+        for v in self.variants:
+            bad = sorted(set(v) - set(VARIANT_FIELDS) - {"name"})
+            if bad or not isinstance(v.get("name"), str) or not v["name"].strip():
+                raise ValueError(
+                    f"variant {v}: each variant needs a 'name' and may set only {', '.join(VARIANT_FIELDS)}"
+                    + (f" (not {', '.join(bad)}: those are shared by all variants)" if bad else "")
+                )
+            names.append(v["name"])
+        if len(set(names)) != len(names):
+            raise ValueError(f"variant names must differ, got {names}")
         return self
+
+    def variant_configs(self) -> list[tuple[str | None, "TrainConfig"]]:
+        """(name, config) per variant; one unnamed variant (this config) when ``variants`` is empty."""
+        if not self.variants:
+            return [(None, self)]
+        out = []
+        for v in self.variants:
+            over = {k: val for k, val in v.items() if k != "name"}
+            out.append((v["name"], TrainConfig.model_validate({**self.model_dump(), **over, "variants": []})))
+        return out
+
+
+# fields a variant may change; everything else (data, target, batch, schedule length, cadence) is shared
+VARIANT_FIELDS = (
+    "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
+    "init_norm_from_target", "draft_vocab_size", "max_anchors", "gamma", "position_weights", "dpace_alpha", "loss",
+    "feature_noise", "loss_vocab", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
+    "ema_decay",
+)

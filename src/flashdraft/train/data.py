@@ -168,6 +168,15 @@ def load_examples(
     return out, stats
 
 
+def draft_vocab_from_frequencies(examples: list[Example], vocab_size: int, size: int) -> torch.Tensor:
+    """The ``size`` most frequent supervised tokens of the data (ties: lower id first) -> sorted ids [size]."""
+    if not 0 < size <= vocab_size:
+        raise TrainError(f"draft_vocab_size {size} must be in 1..{vocab_size} (the target's vocabulary)")
+    sup = [t for e in examples for t, m in zip(e.token_ids, e.loss_mask) if m]
+    counts = torch.bincount(torch.tensor(sup, dtype=torch.long), minlength=vocab_size)  # [V]
+    return torch.argsort(-counts, stable=True)[:size].sort().values
+
+
 def collate(rows: list[list[Example]], seeds: list[int], device: torch.device | str = "cpu") -> Batch:
     """Rows of one or more (packed) examples -> a right-padded :class:`Batch`."""
     T = max(sum(len(e.token_ids) for e in row) for row in rows)
@@ -202,6 +211,7 @@ class DataStream:
         self.examples, self.batch_size, self.seed = examples, batch_size, seed
         self.pack, self.max_len = pack, max_len
         self.epoch, self.cursor = 0, 0
+        self.last_rows: list[list[Example]] = []
 
     def _order(self) -> np.ndarray:
         return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.examples))
@@ -231,6 +241,7 @@ class DataStream:
                     row.append(self._take())
             rows.append(row)
             seeds.append(seed)
+        self.last_rows = rows  # the examples of this batch, row by row (offline features are looked up by them)
         return collate(rows, seeds, device)
 
     @property

@@ -1,8 +1,16 @@
-"""The training loop: AdamW + warmup/cosine, clipping, bf16 autocast, metrics, checkpoints, resume, eval, export.
+"""The training loop: AdamW + warmup/cosine, clipping, bf16 autocast, EMA, metrics, checkpoints, resume, eval, export.
 
 One optimiser step = ``grad_accum`` micro-batches. Anchors of all of them are drawn first, so the
-loss normaliser (the summed position weights of every valid (anchor, slot) of the step) is known
-before any backward and does not depend on how the step is split into micro-batches.
+loss normaliser (summed position weights, or anchors for D-PACE, of the whole step) is known before
+any backward and does not depend on how the step is split into micro-batches or ranks.
+
+Several drafter *variants* (``cfg.variants``: block sizes, gammas, learning rates, ...) train at
+once: each micro-batch runs the frozen target once (or reads the feature cache once) over the union
+of the variants' layers, and every variant takes its own columns. Each variant has its own drafter,
+optimizer, scheduler, EMA, checkpoints and exported drafter under ``<out_dir>/<name>/``; their
+random draws (anchors, noise, sampled negatives) are seeded per variant and micro-batch, so a
+variant trained with others gives the same numbers as trained alone. One unnamed variant (no
+``variants``) keeps everything directly in ``out_dir``.
 """
 
 from __future__ import annotations
@@ -23,11 +31,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from flashdraft.io import atomic_write_text
 from flashdraft.models.dflash import DFlashDrafter
-from flashdraft.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from flashdraft.train.checkpoint import (
+    checkpoint_steps, load_checkpoint, prune_checkpoints, read_best, save_checkpoint, write_best,
+)
 from flashdraft.train.config import TrainConfig
-from flashdraft.train.data import DataStats, DataStream, Example, load_examples
+from flashdraft.train.data import DataStats, DataStream, Example, draft_vocab_from_frequencies, load_examples
 from flashdraft.train.evaluate import evaluate_tau, load_eval_prompts
-from flashdraft.train.objective import DFlashObjective, TrainError, acceptance_metrics, init_norm_from_target
+from flashdraft.train.objective import DFlashObjective, TrainError, acceptance_metrics, init_norm_from_target, target_pass
 
 
 @dataclass
@@ -35,10 +45,11 @@ class TrainResult:
     step: int
     total_steps: int
     stopped: str  # "done", "signal", "time", "stop_after"
-    losses: dict[int, float] = field(default_factory=dict)  # step -> loss, this process only
+    losses: dict[int, float] = field(default_factory=dict)  # step -> loss of the first variant, this process
     checkpoint: Path | None = None
     final_drafter: Path | None = None
     eval: dict | None = None
+    variants: dict[str, dict] = field(default_factory=dict)  # name -> {"losses", "final_drafter", "eval"}
 
 
 @contextmanager
@@ -90,8 +101,99 @@ def make_scheduler(optimizer, total_steps: int, warmup_ratio: float, min_lr_rati
     return SequentialLR(optimizer, [linear, cosine], milestones=[warm])
 
 
+class EMA:
+    """Exponential moving average of the trainable weights: ``avg <- decay * avg + (1 - decay) * w``.
+
+    Written here rather than ``torch.optim.swa_utils.AveragedModel``, which deep-copies the module
+    (and with it the bound target).
+    """
+
+    def __init__(self, module: torch.nn.Module, decay: float):
+        self.decay = decay
+        self.avg = {k: p.detach().clone() for k, p in module.named_parameters() if p.requires_grad}
+
+    @torch.no_grad()
+    def update(self, module: torch.nn.Module) -> None:
+        for k, p in module.named_parameters():
+            if k in self.avg:
+                self.avg[k].lerp_(p.detach(), 1.0 - self.decay)
+
+    @contextmanager
+    def applied(self, module: torch.nn.Module):
+        """Swap the averaged weights in for the duration of the block."""
+        params = dict(module.named_parameters())
+        saved = {k: params[k].detach().clone() for k in self.avg}
+        with torch.no_grad():
+            for k, v in self.avg.items():
+                params[k].copy_(v)
+        try:
+            yield module
+        finally:
+            with torch.no_grad():
+                for k, v in saved.items():
+                    params[k].copy_(v)
+
+    def state_dict(self) -> dict:
+        return {"decay": self.decay, "avg": self.avg}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state["avg"].items():
+            self.avg[k].copy_(v)
+
+
+class Variant:
+    """One drafter being trained: drafter, objective, optimizer, scheduler, EMA and its folder."""
+
+    def __init__(self, name: str | None, cfg: TrainConfig, root: Path, target, examples: list[Example],
+                 total_steps: int, resume_step: int | None):
+        self.name, self.cfg = name, cfg
+        self.out = root / name if name else root
+        self.resume_from = self.out / "checkpoints" / f"step-{resume_step:08d}" if resume_step is not None else None
+        if self.resume_from is not None:  # the checkpoint's own drafter config wins (same shape)
+            self.drafter = DFlashDrafter.from_pretrained(self.resume_from / "drafter", target)
+        elif cfg.init_from:
+            self.drafter = DFlashDrafter.from_pretrained(cfg.init_from, target)
+        else:
+            vocab = None
+            if cfg.draft_vocab_size:
+                vocab = draft_vocab_from_frequencies(examples, target.vocab_size, cfg.draft_vocab_size)
+            self.drafter = DFlashDrafter.for_target(
+                target, num_layers=cfg.num_layers, block_size=cfg.block_size, target_layer_ids=cfg.target_layer_ids,
+                mask_token_id=cfg.mask_token_id, intermediate_size=cfg.intermediate_size, seed=cfg.seed,
+                draft_vocab=vocab,
+            )
+            if cfg.init_norm_from_target:
+                init_norm_from_target(self.drafter, target)
+        self.drafter.float().train()
+        attention = cfg.attention
+        if attention == "auto":
+            attention = "flex" if target.device.type == "cuda" else "sdpa"
+        self.objective = DFlashObjective(
+            self.drafter, cfg.max_anchors, cfg.gamma, cfg.loss, cfg.feature_noise, cfg.lm_head_chunk, cfg.checkpoint_layers,
+            cfg.checkpoint_lm_head, cfg.loss_vocab, cfg.position_weights, cfg.dpace_alpha, attention,
+        )
+        params = [p for p in self.drafter.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        self.scheduler = make_scheduler(self.optimizer, total_steps, cfg.warmup_ratio, cfg.min_lr_ratio, cfg.lr)
+        self.ema = EMA(self.drafter, cfg.ema_decay) if cfg.ema_decay else None
+        self.best = read_best(self.out)
+        self.losses: dict[int, float] = {}
+
+    @property
+    def label(self) -> str:
+        return self.name or "drafter"
+
+    def eval_weights(self):
+        """Context in which the drafter holds the weights that are evaluated and exported (EMA if on)."""
+        return self.ema.applied(self.drafter) if self.ema else nullcontext(self.drafter)
+
+    def seed(self, step: int, micro: int) -> int:
+        """Seed of this variant's random draws in micro-batch ``micro`` of step ``step``."""
+        return int(np.random.SeedSequence([self.cfg.seed, step, micro]).generate_state(1)[0])
+
+
 class Trainer:
-    """Builds target, drafter, data and optimiser from a :class:`TrainConfig` and runs the loop."""
+    """Builds target, drafters, data and optimisers from a :class:`TrainConfig` and runs the loop."""
 
     def __init__(self, cfg: TrainConfig, target=None, examples: list[Example] | None = None, eval_prompts=None):
         self.cfg = cfg
@@ -106,57 +208,95 @@ class Trainer:
             target = load_target(cfg.target)
         self.target = target
         self.out = Path(cfg.out_dir)
-        self.resume_from = latest_checkpoint(self.out) if cfg.resume else None
-        if self.resume_from is not None:  # the checkpoint's own drafter config wins (same shape)
-            self.drafter = DFlashDrafter.from_pretrained(self.resume_from / "drafter", target)
-        elif cfg.init_from:
-            self.drafter = DFlashDrafter.from_pretrained(cfg.init_from, target)
-        else:
-            self.drafter = DFlashDrafter.for_target(
-                target, num_layers=cfg.num_layers, block_size=cfg.block_size, target_layer_ids=cfg.target_layer_ids,
-                mask_token_id=cfg.mask_token_id, intermediate_size=cfg.intermediate_size, seed=cfg.seed,
-            )
-            if cfg.init_norm_from_target:
-                init_norm_from_target(self.drafter, target)
-        self.drafter.float().train()
-        B = self.drafter.block_size
+        named = cfg.variant_configs()
+        min_block = min(v.block_size for _, v in named)  # the data filter is shared by all variants
         if examples is None:
             if not cfg.data:
                 raise TrainError("no training data: pass --data FILE (JSONL/Parquet records) or set data: in the YAML")
-            examples, self.data_stats = load_examples(cfg.data, target, cfg.max_len, B, cfg.append_eos)
+            examples, self.data_stats = load_examples(cfg.data, target, cfg.max_len, min_block, cfg.append_eos)
         else:
             self.data_stats = DataStats(kept=len(examples), tokens=sum(len(e.token_ids) for e in examples))
+        self.examples = examples
         self.stream = DataStream(examples, cfg.batch_size, cfg.seed, cfg.pack, cfg.max_len)
         per_step = cfg.batch_size * cfg.grad_accum
         self.total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * len(examples) / per_step))
-        self.objective = DFlashObjective(
-            self.drafter, cfg.max_anchors, cfg.gamma, cfg.loss, cfg.feature_noise, cfg.lm_head_chunk, cfg.checkpoint_layers,
-            cfg.checkpoint_lm_head, cfg.loss_vocab,
-        )
-        params = [p for p in self.drafter.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-        self.scheduler = make_scheduler(self.optimizer, self.total_steps, cfg.warmup_ratio, cfg.min_lr_ratio, cfg.lr)
+        resume_step = self._common_checkpoint([self.out / n if n else self.out for n, _ in named]) if cfg.resume else None
+        self.variants = [Variant(n, c, self.out, target, examples, self.total_steps, resume_step) for n, c in named]
+        # the target pass captures the union of the variants' layers; each variant reads its columns
+        self.layer_ids = sorted({i for v in self.variants for i in v.drafter.target_layer_ids})
+        H = target.hidden_size
+        for v in self.variants:
+            ids = v.drafter.target_layer_ids
+            v.columns = None if ids == self.layer_ids else torch.cat(
+                [torch.arange(self.layer_ids.index(i) * H, (self.layer_ids.index(i) + 1) * H) for i in ids]
+            ).to(target.device)
+        self.want_final = any(v.cfg.loss == "kl" for v in self.variants)
+        self.store = None
+        if cfg.features:
+            from flashdraft.train.features import FeatureStore
+
+            self.store = FeatureStore(cfg.features)
+            self.store.check(target, self.layer_ids, examples, need_final=self.want_final)
         self.step = 0
-        if self.resume_from is not None:
-            state = load_checkpoint(self.resume_from, self.drafter, self.optimizer, self.scheduler)
+        if resume_step is not None:
+            for v in self.variants:
+                state = load_checkpoint(v.resume_from, v.drafter, v.optimizer, v.scheduler)
+                if v.ema is not None:
+                    if "ema" not in state["extra"]:
+                        raise TrainError(f"checkpoint {v.resume_from} has no EMA weights; resume with ema_decay unset")
+                    v.ema.load_state_dict(state["extra"]["ema"])
             self.step = int(state["step"])
             self.stream.load_state_dict(state["data"])
         self.eval_prompts = eval_prompts
         if self.eval_prompts is None and cfg.eval_prompts and cfg.eval_n:
             self.eval_prompts = load_eval_prompts(cfg.eval_prompts, target, cfg.eval_n)
         self.metrics_path = self.out / "metrics.jsonl"
+        self._tb: dict[str, object] = {}
+
+    @staticmethod
+    def _common_checkpoint(folders: list[Path]) -> int | None:
+        """Newest step every variant has a complete checkpoint of (a kill between two variants'
+        saves leaves one variant a step ahead; all resume from the older common step)."""
+        steps = [set(checkpoint_steps(f)) for f in folders]
+        common = set.intersection(*steps) if steps else set()
+        return max(common) if common else None
 
     # ---- pieces ---------------------------------------------------------------------------
+
+    @property
+    def drafter(self) -> DFlashDrafter:
+        return self.variants[0].drafter
 
     @property
     def is_main(self) -> bool:
         return dist_world()[1] == 0
 
-    def _log(self, rec: dict) -> None:
+    def _log(self, rec: dict, variant: Variant | None = None) -> None:
         if not self.is_main:
             return
+        if variant is not None and variant.name:
+            rec = {"variant": variant.name, **rec}
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
+        if self.cfg.tensorboard and variant is not None:
+            self._tensorboard(variant, rec)
+
+    def _tensorboard(self, v: Variant, rec: dict) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        if v.label not in self._tb:
+            self._tb[v.label] = SummaryWriter(str(self.out / "tensorboard" / v.label), purge_step=self.step or None)
+        w = self._tb[v.label]
+        for k, val in rec.items():
+            if k in ("step", "variant", "kind") or isinstance(val, bool):
+                continue
+            if isinstance(val, (int, float)) and math.isfinite(val):
+                w.add_scalar(f"{rec.get('kind', 'train')}/{k}", val, rec["step"])
+            elif isinstance(val, list) and val and all(isinstance(x, (int, float)) for x in val):
+                for i, x in enumerate(val):
+                    if math.isfinite(x):
+                        w.add_scalar(f"{rec.get('kind', 'train')}/{k}/{i + 1}", x, rec["step"])
+        w.flush()
 
     def _trim_metrics(self) -> None:
         """After a resume, drop metric lines written after the checkpoint we resume from."""
@@ -166,26 +306,51 @@ class Trainer:
         atomic_write_text(self.metrics_path, "".join(l + "\n" for l in keep))
 
     def save(self) -> Path | None:
+        """Checkpoint every variant at this step, then prune (so a common step always survives)."""
         if not self.is_main:  # every rank holds the same weights and optimizer state
             return None
-        return save_checkpoint(
-            self.out, self.step, self.drafter, self.optimizer, self.scheduler, self.stream.state_dict(), self.cfg,
-            self.cfg.keep_last,
-        )
+        paths = []
+        for v in self.variants:
+            extra = {"ema": v.ema.state_dict()} if v.ema else {}
+            paths.append(save_checkpoint(v.out, self.step, v.drafter, v.optimizer, v.scheduler, self.stream.state_dict(),
+                                         v.cfg, extra))
+        for v in self.variants:
+            prune_checkpoints(v.out, self.cfg.keep_last, protect=v.best.get("step"))
+        return paths[0]
 
-    def evaluate(self) -> dict | None:
+    def evaluate(self) -> dict[str, dict] | None:
+        """Real greedy DFlash tau of every variant (EMA weights if on) on the held-out prompts."""
         if not self.eval_prompts or not self.is_main:
             return None
-        t0 = time.perf_counter()
-        res = evaluate_tau(self.target, self.drafter, self.eval_prompts, self.cfg.eval_max_new_tokens, "dflash")
-        rec = {"step": self.step, "kind": "eval", "eval_tau": res["tau"],
-               "eval_per_position_acceptance": res["per_position_acceptance"], "eval_rounds": res["rounds"],
-               "eval_seconds": time.perf_counter() - t0}
-        self._log(rec)
-        return res
+        out = {}
+        for v in self.variants:
+            t0 = time.perf_counter()
+            with v.eval_weights():
+                res = evaluate_tau(self.target, v.drafter, self.eval_prompts, self.cfg.eval_max_new_tokens, "dflash")
+            self._log({"step": self.step, "kind": "eval", "eval_tau": res["tau"],
+                       "eval_per_position_acceptance": res["per_position_acceptance"], "eval_rounds": res["rounds"],
+                       "eval_seconds": time.perf_counter() - t0}, v)
+            out[v.label] = res
+        return out
 
-    def train_step(self) -> dict:
-        """One optimiser step over ``grad_accum`` micro-batches per rank -> metrics of the step.
+    def _track_best(self, evals: dict[str, dict]) -> None:
+        """After an eval at a checkpointed step: remember the best step by held-out tau (kept by pruning)."""
+        for v in self.variants:
+            tau = evals[v.label]["tau"]
+            if v.best.get("tau") is None or tau > v.best["tau"]:
+                v.best = {"step": self.step, "tau": tau}
+                write_best(v.out, v.best)
+
+    def features(self, batch, micro_examples) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Target features of the union layers [b, T, K*H] (+ final hidden [b, T, H] for KL): one
+        frozen target pass, or rows read from the offline feature cache."""
+        if self.store is None:
+            return target_pass(self.target, batch, self.layer_ids, self.want_final)
+        feats, final_h = self.store.collate(micro_examples, self.layer_ids, self.target.device, self.want_final)
+        return feats, None if final_h is None else final_h.to(self.target.dtype)
+
+    def train_step(self) -> dict[str, dict]:
+        """One optimiser step of every variant over ``grad_accum`` micro-batches per rank -> metrics per variant.
 
         Under torch.distributed every rank draws the same ``grad_accum * world`` micro-batches and
         their anchors (data only, cheap), so the normaliser is global without communication; rank r
@@ -193,21 +358,38 @@ class Trainer:
         """
         cfg = self.cfg
         world, rank = dist_world()
-        micro = [self.stream.next_batch(self.target.device) for _ in range(cfg.grad_accum * world)]
-        blocks = [self.objective.blocks(b) for b in micro]
-        normaliser = sum(bl.weight_sum for bl in blocks)  # all micro-batches of all ranks
+        micro, rows = [], []
+        for _ in range(cfg.grad_accum * world):
+            micro.append(self.stream.next_batch(self.target.device))
+            rows.append(self.stream.last_rows)
+        blocks = {v.label: [v.objective.blocks(b) for b in micro] for v in self.variants}
+        norms = {k: sum(bl.norm for bl in bls) for k, bls in blocks.items()}  # all micro-batches of all ranks
         dev_type = "cpu" if self.target.device.type == "cpu" else "cuda"
         autocast = torch.autocast(dev_type, dtype=torch.bfloat16) if cfg.bf16 else nullcontext()
-        sums = torch.zeros(5, dtype=torch.float64)  # loss_sum, tokens, acc * n, tau * n, n
-        for batch, bl in list(zip(micro, blocks))[rank::world]:
-            with autocast:
-                out = self.objective(batch, bl, normaliser)
-            out.loss.backward()
-            a = acceptance_metrics(out.correct, bl.weights)
-            n = a["n_anchors"]
-            sums += torch.tensor([out.weighted_loss_sum, batch.num_tokens, a["acc"] * n if n else 0.0,
-                                  a["tau_proxy"] * n if n else 0.0, n], dtype=torch.float64)
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        sums = {v.label: torch.zeros(5, dtype=torch.float64) for v in self.variants}  # loss, tokens, acc*n, tau*n, n
+        for i in range(rank, len(micro), world):
+            batch = micro[i]
+            feats, final_h = self.features(batch, rows[i])  # paid once for all variants
+            for v in self.variants:
+                bl = blocks[v.label][i]
+                f = feats if v.columns is None else feats.index_select(-1, v.columns)
+                with autocast:
+                    out = v.objective(batch, bl, norms[v.label], f, final_h, seed=v.seed(self.step, i))
+                out.loss.backward()
+                a = acceptance_metrics(out.correct, bl.weights)
+                n = a["n_anchors"]
+                sums[v.label] += torch.tensor([out.weighted_loss_sum, batch.num_tokens, a["acc"] * n if n else 0.0,
+                                               a["tau_proxy"] * n if n else 0.0, n], dtype=torch.float64)
+        metrics = {}
+        for v in self.variants:
+            metrics[v.label] = self._optimizer_step(v, sums[v.label], norms[v.label], world)
+        self.step += 1
+        for m in metrics.values():
+            m["step"] = self.step
+        return metrics
+
+    def _optimizer_step(self, v: Variant, sums: torch.Tensor, normaliser: float, world: int) -> dict:
+        params = [p for g in v.optimizer.param_groups for p in g["params"]]
         if world > 1:
             import torch.distributed as dist
 
@@ -217,17 +399,19 @@ class Trainer:
             dist.all_reduce(sums)
             for p, g in zip(params, flat.split([q.numel() for q in params])):
                 p.grad = g.view_as(p).clone()
-        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        clip = v.cfg.grad_clip if v.cfg.grad_clip > 0 else float("inf")
+        gnorm = torch.nn.utils.clip_grad_norm_(params, clip)
         if not torch.isfinite(gnorm):
-            raise TrainError(f"non-finite gradient norm at step {self.step + 1}; lower --lr or check the data")
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
+            raise TrainError(f"{v.label}: non-finite gradient norm at step {self.step + 1}; lower lr or check the data")
+        lr = v.optimizer.param_groups[0]["lr"]
+        v.optimizer.step()
+        v.scheduler.step()
+        v.optimizer.zero_grad(set_to_none=True)
+        if v.ema is not None:
+            v.ema.update(v.drafter)
         loss_sum, tokens, acc_n, tau_n, n = sums.tolist()
         return {
-            "step": self.step, "loss": loss_sum / max(normaliser, 1e-12), "lr": lr, "grad_norm": float(gnorm),
+            "loss": loss_sum / max(normaliser, 1e-12), "lr": lr, "grad_norm": float(gnorm),
             "acc": acc_n / max(n, 1), "tau_proxy": tau_n / max(n, 1), "tokens": int(tokens), "anchors": int(n),
             "epoch": round(self.stream.epoch_float, 4),
         }
@@ -243,44 +427,69 @@ class Trainer:
         self._trim_metrics()
         if self.step == 0:
             self._log({"step": 0, "kind": "data", **{k: v for k, v in vars(self.data_stats).items()},
-                       "total_steps": self.total_steps})
+                       "total_steps": self.total_steps, "variants": [v.label for v in self.variants]})
         result = TrainResult(step=self.step, total_steps=self.total_steps, stopped="done")
         flag: dict[str, str] = {}
-        t0, tok_done, start_step = time.perf_counter(), 0, self.step
+        t0, start_step, self._tokens = time.perf_counter(), self.step, 0
         cols = [TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn()]
-        with stop_signals(flag), Progress(*cols, disable=not (cfg.progress and self.is_main)) as bar:
-            task = bar.add_task("train", total=self.total_steps, completed=self.step, info="")
-            while self.step < self.total_steps:
-                m = self.train_step()
-                result.losses[self.step] = m["loss"]
-                tok_done += m["tokens"]
-                elapsed = time.perf_counter() - t0
-                m["tokens_per_s"] = tok_done / elapsed if elapsed > 0 else 0.0
-                m["elapsed_s"] = elapsed
-                if self.step % cfg.log_every == 0 or self.step == self.total_steps:
-                    self._log({"kind": "train", **m})
-                bar.update(task, completed=self.step,
-                           info=f"loss {m['loss']:.3f} acc {m['acc']:.3f} tau~{m['tau_proxy']:.2f} {m['tokens_per_s']:.0f} tok/s")
-                if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < self.total_steps:
-                    self.evaluate()
-                stop = None
-                if flag.get("signal"):
-                    stop = "signal"
-                elif cfg.max_minutes and elapsed > cfg.max_minutes * 60:
-                    stop = "time"
-                elif stop_after is not None and self.step - start_step >= stop_after:
-                    stop = "stop_after"
-                if agree(stop is not None):  # every rank stops at the same step
-                    stop = stop or "signal"
-                if stop or self.step % cfg.save_every == 0 or self.step == self.total_steps:
-                    result.checkpoint = self.save()
-                if stop:
-                    result.stopped = stop
-                    break
-        result.step = self.step
-        if result.stopped in ("done", "time"):
-            result.eval = self.evaluate()
-            if self.is_main:
-                result.final_drafter = self.drafter.save_pretrained(self.out / "drafter")
+        try:
+            with stop_signals(flag), Progress(*cols, disable=not (cfg.progress and self.is_main)) as bar:
+                task = bar.add_task("train", total=self.total_steps, completed=self.step, info="")
+                while self.step < self.total_steps:
+                    stop = self._one_step(result, bar, task, t0, start_step, stop_after, flag)
+                    if stop:
+                        result.stopped = stop
+                        break
+            result.step = self.step
+            if result.stopped in ("done", "time"):
+                evals = self.evaluate()
+                for v in self.variants:
+                    rec = result.variants.setdefault(v.label, {})
+                    rec["eval"] = evals[v.label] if evals else None
+                    if self.is_main:
+                        with v.eval_weights():
+                            rec["final_drafter"] = v.drafter.save_pretrained(v.out / "drafter")
+                first = result.variants[self.variants[0].label]
+                result.final_drafter, result.eval = first.get("final_drafter"), first.get("eval")
+            for v in self.variants:
+                result.variants.setdefault(v.label, {})["losses"] = v.losses
+            result.losses = self.variants[0].losses
+        finally:
+            for w in self._tb.values():
+                w.close()
+            self._tb = {}
         return result
+
+    def _one_step(self, result, bar, task, t0, start_step, stop_after, flag) -> str | None:
+        cfg = self.cfg
+        metrics = self.train_step()
+        elapsed = time.perf_counter() - t0
+        self._tokens += metrics[self.variants[0].label]["tokens"]  # the same batches feed every variant
+        for v in self.variants:
+            m = metrics[v.label]
+            v.losses[self.step] = m["loss"]
+            m["tokens_per_s"] = self._tokens / elapsed if elapsed > 0 else 0.0
+            m["elapsed_s"] = elapsed
+            if self.step % cfg.log_every == 0 or self.step == self.total_steps:
+                self._log({"kind": "train", **m}, v)
+        m = metrics[self.variants[0].label]
+        bar.update(task, completed=self.step,
+                   info=f"loss {m['loss']:.3f} acc {m['acc']:.3f} tau~{m['tau_proxy']:.2f} {m['tokens_per_s']:.0f} tok/s")
+        stop = None
+        if flag.get("signal"):
+            stop = "signal"
+        elif cfg.max_minutes and elapsed > cfg.max_minutes * 60:
+            stop = "time"
+        elif stop_after is not None and self.step - start_step >= stop_after:
+            stop = "stop_after"
+        if agree(stop is not None):  # every rank stops at the same step
+            stop = stop or "signal"
+        evals = None
+        if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < self.total_steps and not stop:
+            evals = self.evaluate()
+        if evals:
+            self._track_best(evals)
+        if stop or evals or self.step % cfg.save_every == 0 or self.step == self.total_steps:
+            result.checkpoint = self.save()
+        return stop

@@ -83,6 +83,7 @@ class Blocks:
     valid: torch.Tensor  # [b, A] bool
     labels: torch.Tensor  # [b, A, B] long: token at anchor + k
     weights: torch.Tensor  # [b, A, B] float: decay weight, 0 where unsupervised (always 0 at k = 0)
+    norm: float = 0.0  # this micro-batch's share of the step's loss normaliser (set by DFlashObjective.blocks)
 
     @property
     def weight_sum(self) -> float:
@@ -125,7 +126,8 @@ def block_targets(batch: Batch, anchors: torch.Tensor, valid: torch.Tensor, bloc
     same_doc = batch.doc_ids.gather(1, flat).view_as(pos) == batch.doc_ids.gather(1, anchors)[..., None]
     decay = torch.exp(-(k - 1).clamp(min=0).float() / gamma)  # [B]
     ok = inside & supervised & same_doc & valid[..., None] & (k >= 1)
-    return Blocks(anchors, valid, labels, ok.float() * decay)
+    w = ok.float() * decay
+    return Blocks(anchors, valid, labels, w, float(w.sum()))
 
 
 def training_mask(
@@ -172,6 +174,8 @@ def drafter_hidden(
     blocks: Blocks,
     noise: float = 0.0,
     checkpoint_layers: bool = False,
+    generator: torch.Generator | None = None,
+    attention: str = "sdpa",
 ) -> torch.Tensor:
     """Drafter outputs for every block slot -> [b, A, B, hidden] (after the final norm)."""
     c, B = drafter.cfg, drafter.block_size
@@ -180,7 +184,8 @@ def drafter_hidden(
     b, A = blocks.anchors.shape
     feats = features.to(dtype)  # [b, T, K * H]
     if noise > 0:  # noise touches only the fc input, never the target's logits or labels
-        feats = feats + (torch.rand_like(feats) * 2 - 1) * noise
+        u = torch.rand(feats.shape, generator=generator, device=feats.device, dtype=feats.dtype)
+        feats = feats + (u * 2 - 1) * noise
     ctx = drafter.hidden_norm(drafter.fc(feats))  # [b, T, d]
     block_ids = torch.full((b, A, B), c.mask_token_id, dtype=torch.long, device=feats.device)
     block_ids[..., 0] = batch.input_ids.gather(1, blocks.anchors)
@@ -188,7 +193,11 @@ def drafter_hidden(
     q_pos = (batch.positions.gather(1, blocks.anchors)[..., None] + torch.arange(B, device=x.device)).view(b, A * B)
     rope_x = _rope(q_pos, c.head_dim, c.rope_theta, dtype)
     rope_c = _rope(batch.positions, c.head_dim, c.rope_theta, dtype)
-    masks = {lt: training_mask(batch, blocks, B, lt, c.sliding_window) for lt in set(c.layer_types)}
+    if attention == "flex":  # BlockMask for flex attention (GPU path); same visibility as training_mask
+        from flashdraft.train.flex import flex_training_mask as mask_fn
+    else:
+        mask_fn = training_mask  # dense bool mask for SDPA
+    masks = {lt: mask_fn(batch, blocks, B, lt, c.sliding_window) for lt in set(c.layer_types)}
 
     def run_layer(layer, x, ctx):
         return layer(x, rope_x, layer.self_attn.kv(ctx, *rope_c), masks[layer.layer_type])
@@ -241,17 +250,49 @@ class LMHead:
         return torch.tanh(logits / cap) * cap if cap else logits
 
 
-def _chunk_loss(head: LMHead, h, labels, weights, teacher_h, kind: str, rows=None):
-    """Weighted loss sum and argmax hits for one chunk of rows (recomputed in backward)."""
-    logits = head(h, rows)  # [m, V] fp32 (V = len(rows) for a sampled vocabulary)
+class DraftHead:
+    """A reduced draft vocabulary: the drafter's own (trained) ``lm_head`` over its draft ids; the
+    teacher's logits (KL) are the target's, restricted to the same ids."""
+
+    def __init__(self, drafter: DFlashDrafter, target_head: LMHead):
+        self.lm_head, self.target_head = drafter.lm_head, target_head
+        self.ids = drafter.draft_token_ids()  # [Vd] target ids of the draft vocabulary
+
+    def __call__(self, h: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        return self.lm_head(h).float()  # [m, Vd]
+
+    def teacher(self, h: torch.Tensor) -> torch.Tensor:
+        return self.target_head(h, self.ids)
+
+
+def _chunk_loss(head, h, labels, teacher_h, kind: str, rows=None):
+    """Per-row loss [m], the drafter's detached log-probability of the reference token [m] and
+    argmax hits [m] for one chunk of rows (recomputed in backward under checkpointing)."""
+    logits = head(h, rows)  # [m, V] fp32 (V = len(rows) for a sampled vocabulary, Vd for a draft vocabulary)
     if kind == "ce":
         per_row = F.cross_entropy(logits, labels, reduction="none")  # [m]
-        ref = labels
+        ref, logq = labels, -per_row.detach()
     else:
-        t_logp = torch.log_softmax(head(teacher_h).float(), dim=-1)  # [m, V]
-        per_row = (t_logp.exp() * (t_logp - torch.log_softmax(logits, dim=-1))).sum(-1)  # KL(target || drafter)
+        t_logits = head.teacher(teacher_h) if hasattr(head, "teacher") else head(teacher_h)
+        t_logp = torch.log_softmax(t_logits.float(), dim=-1)  # [m, V]
+        logp = torch.log_softmax(logits, dim=-1)
+        per_row = (t_logp.exp() * (t_logp - logp)).sum(-1)  # KL(target || drafter)
         ref = t_logp.argmax(-1)
-    return (per_row * weights).sum(), logits.argmax(-1) == ref
+        logq = logp.detach().gather(1, ref[:, None])[:, 0]
+    return per_row, logq, logits.argmax(-1) == ref
+
+
+def dpace_weights(q: torch.Tensor, supervised: torch.Tensor, alpha: float) -> torch.Tensor:
+    """D-PACE position weights from the drafter's own (detached) probabilities of the labels.
+
+    q, supervised: [b, A, B]. With smoothed q'_i = (1 - alpha) q_i + alpha (0 on unsupervised
+    slots, which end the chain), slot k gets sum_{j >= k} prod_{i <= j} q'_i: the gradient of the
+    expected accepted length sum_j prod_{i <= j} q_i with respect to log q_k. Slot 0 gets 0.
+    """
+    f = torch.where(supervised, (1 - alpha) * q + alpha, torch.zeros_like(q))[..., 1:]  # [b, A, B-1]
+    prefix = torch.cumprod(f, dim=-1)
+    suffix = prefix.flip(-1).cumsum(-1).flip(-1) * supervised[..., 1:]
+    return torch.cat([torch.zeros_like(q[..., :1]), suffix], dim=-1).detach()  # [b, A, B]
 
 
 @dataclass
@@ -264,7 +305,13 @@ class StepOutput:
 
 
 class DFlashObjective:
-    """Loss of a drafter on a batch, with online (frozen) target features."""
+    """Loss of a drafter on a batch, from the frozen target's features (computed here, or given).
+
+    Position weights: ``decay`` (exp(-(k-1)/gamma), normalised by the step's summed weights) or
+    ``dpace`` (:func:`dpace_weights`, normalised by the step's number of anchors with a supervised
+    first slot). Either normaliser is fixed before the forward and summed over all micro-batches
+    and ranks, so the update does not depend on how a step is split.
+    """
 
     def __init__(
         self,
@@ -277,68 +324,122 @@ class DFlashObjective:
         checkpoint_layers: bool = False,
         checkpoint_lm_head: bool = True,
         loss_vocab: int | None = None,
+        position_weights: str = "decay",
+        dpace_alpha: float = 0.5,
+        attention: str = "sdpa",
     ):
         if loss not in ("ce", "kl"):
             raise TrainError(f"loss {loss!r} is not supported; use 'ce' (target tokens) or 'kl' (target logits)")
+        if position_weights not in ("decay", "dpace"):
+            raise TrainError(f"position_weights {position_weights!r} is not supported; use 'decay' or 'dpace'")
         if loss_vocab is not None and loss != "ce":
             raise TrainError("loss_vocab (sampled softmax) applies to loss 'ce' only; drop it or use --loss ce")
-        if drafter.cfg.draft_vocab_size is not None:
-            raise TrainError("training a reduced draft vocabulary (draft_vocab_size) is not supported; train full-vocab")
+        self.draft_vocab = drafter.cfg.draft_vocab_size is not None
+        if self.draft_vocab and loss_vocab is not None:
+            raise TrainError("loss_vocab (sampled softmax) and draft_vocab_size (reduced vocabulary) exclude each other; pick one")
         self.drafter, self.max_anchors, self.loss_kind = drafter, max_anchors, loss
         self.gamma = gamma if gamma is not None else default_gamma(drafter.block_size)
+        self.position_weights, self.dpace_alpha = position_weights, dpace_alpha
         self.noise, self.chunk, self.checkpoint_layers = feature_noise, lm_head_chunk, checkpoint_layers
         self.loss_vocab = loss_vocab  # None: full vocabulary; n: labels + n uniform negatives per micro-batch
         self.checkpoint_lm_head = checkpoint_lm_head  # False: keep each chunk's logits for backward (faster, more memory)
-        self.head = LMHead(drafter.target) if drafter._target is not None else None
+        self._head = None
+        if attention not in ("sdpa", "flex"):
+            raise TrainError(f"attention {attention!r} is not supported; use 'sdpa' or 'flex'")
+        self.attention = attention
 
     def blocks(self, batch: Batch) -> Blocks:
+        """Anchors, labels and static weights of a micro-batch; ``norm`` is its share of the normaliser."""
         anchors, valid = sample_anchors(batch, self.max_anchors)
-        return block_targets(batch, anchors, valid, self.drafter.block_size, self.gamma)
+        bl = block_targets(batch, anchors, valid, self.drafter.block_size, self.gamma)
+        if self.draft_vocab:  # a label outside the draft vocabulary can never be drafted: no loss there
+            bl.weights = bl.weights * self.drafter.t2d[bl.labels].to(bl.weights.dtype)
+        if self.position_weights == "dpace":
+            bl.weights = (bl.weights > 0).to(bl.weights.dtype)
+            bl.norm = float((bl.weights[..., 1] > 0).sum())
+        else:
+            bl.norm = bl.weight_sum
+        return bl
 
-    def __call__(self, batch: Batch, blocks: Blocks, normaliser: float) -> StepOutput:
+    def head(self, target: Target):
+        if self._head is None or self._head[0] is not target:
+            lm = LMHead(target)
+            self._head = (target, DraftHead(self.drafter, lm) if self.draft_vocab else lm)
+        return self._head[1]
+
+    def __call__(
+        self,
+        batch: Batch,
+        blocks: Blocks,
+        normaliser: float,
+        features: torch.Tensor | None = None,
+        final_h: torch.Tensor | None = None,
+        seed: int | None = None,
+    ) -> StepOutput:
+        """Loss of one micro-batch. ``features`` [b, T, K*H] (this drafter's layers, in order) and
+        ``final_h`` [b, T, H] come from a shared target pass or a feature cache; without them the
+        target runs here. ``seed`` drives feature noise and sampled negatives (torch's global RNG
+        without it)."""
         d = self.drafter
         try:
             target = d.target
         except DrafterError as e:
             raise TrainError(f"cannot train: {e}") from None
-        if self.head is None or self.head.target is not target:
-            self.head = LMHead(target)
-        features, final_h = target_pass(target, batch, d.target_layer_ids, want_final=self.loss_kind == "kl")
-        h = drafter_hidden(d, features, batch, blocks, self.noise, self.checkpoint_layers)  # [b, A, B, d]
+        head = self.head(target)
+        if features is None:
+            features, final_h = target_pass(target, batch, d.target_layer_ids, want_final=self.loss_kind == "kl")
+        elif self.loss_kind == "kl" and final_h is None:
+            raise TrainError("loss 'kl' needs the target's final hidden states; build the feature cache with --with-final")
+        gen = None
+        if seed is not None:
+            gen = torch.Generator(device=features.device).manual_seed(int(seed))
+        h = drafter_hidden(d, features, batch, blocks, self.noise, self.checkpoint_layers, gen, self.attention)  # [b, A, B, d]
         sel = blocks.weights > 0  # [b, A, B]
         rows = h[sel]  # [m, d]
-        labels, weights = blocks.labels[sel], blocks.weights[sel]  # [m]
+        labels = blocks.labels[sel]  # [m]
         teacher = None
-        if final_h is not None:  # the target's prediction of token anchor+k comes from position anchor+k-1
+        if self.loss_kind == "kl":  # the target's prediction of token anchor+k comes from position anchor+k-1
             src = (blocks.anchors[..., None] + torch.arange(d.block_size, device=h.device) - 1)
             src = src.clamp(0, final_h.shape[1] - 1)  # [b, A, B]; clamped rows have weight 0
             teacher = final_h.gather(1, src.flatten(1)[..., None].expand(-1, -1, final_h.shape[-1]))
-            teacher = teacher.view(*src.shape, -1)[sel]  # [m, H]
+            teacher = teacher.view(*src.shape, -1)[sel].to(h.dtype)  # [m, H]
         vocab_rows = None
-        if self.loss_vocab:  # sampled softmax: the batch's labels plus uniform negatives (torch RNG: resumable)
-            neg = torch.randint(0, target.vocab_size, (self.loss_vocab,), device=labels.device)
+        if self.loss_vocab:  # sampled softmax: the batch's labels plus uniform negatives
+            neg = torch.randint(0, target.vocab_size, (self.loss_vocab,), device=labels.device, generator=gen)
             vocab_rows = torch.unique(torch.cat([labels, neg]))  # sorted
             labels = torch.searchsorted(vocab_rows, labels)  # ids inside the sampled vocabulary
-        total = h.new_zeros((), dtype=torch.float32)
-        hits = []
+        elif self.draft_vocab:
+            labels = d.t2d_index()[labels]  # [m] draft ids (every selected label is in the draft vocabulary)
+        per_row, logq, hits = [], [], []
         for s in range(0, rows.shape[0], self.chunk):
             e = s + self.chunk
-            args = (self.head, rows[s:e], labels[s:e], weights[s:e], None if teacher is None else teacher[s:e], self.loss_kind,
-                    vocab_rows)
+            args = (head, rows[s:e], labels[s:e], None if teacher is None else teacher[s:e], self.loss_kind, vocab_rows)
             if torch.is_grad_enabled() and self.checkpoint_lm_head:
-                part, hit = checkpoint(_chunk_loss, *args, use_reentrant=False)
+                out = checkpoint(_chunk_loss, *args, use_reentrant=False)
             else:
-                part, hit = _chunk_loss(*args)
-            total = total + part
-            hits.append(hit)
+                out = _chunk_loss(*args)
+            per_row.append(out[0])
+            logq.append(out[1])
+            hits.append(out[2])
+        correct = torch.zeros_like(sel)
+        if per_row:
+            per_row_t = torch.cat(per_row)  # [m]
+            correct[sel] = torch.cat(hits)
+        else:
+            per_row_t = h.new_zeros(0, dtype=torch.float32)
+        if self.position_weights == "dpace":
+            q = torch.zeros_like(blocks.weights)
+            if per_row:
+                q[sel] = torch.cat(logq).exp().to(q.dtype)
+            weights = dpace_weights(q, sel, self.dpace_alpha)[sel]  # [m]
+        else:
+            weights = blocks.weights[sel]
+        total = (per_row_t * weights).sum()
         if not torch.isfinite(total):
             raise TrainError(
                 f"non-finite loss ({float(total.detach())}): check the drafter weights (NaN init?), the features of target "
                 f"{target.name} and the learning rate"
             )
-        correct = torch.zeros_like(sel)
-        if hits:
-            correct[sel] = torch.cat(hits)
         ws = float(weights.sum())
         return StepOutput(total / max(normaliser, 1e-12), float(total.detach()), ws, correct, blocks)
 
