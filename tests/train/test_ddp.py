@@ -47,3 +47,34 @@ def test_two_gloo_ranks_match_one_process_with_accumulation(tmp_path):
     b = DFlashDrafter.from_pretrained(tmp_path / "two" / "run" / "drafter")
     for va, vb in zip(a.state_dict().values(), b.state_dict().values()):
         torch.testing.assert_close(va, vb, rtol=1e-4, atol=1e-5)
+
+
+def test_torchrun_cli_runs_ddp(tmp_path):
+    """`torchrun --nproc-per-node 2 -m flashdraft.cli train` joins a gloo group and equals one process."""
+    import subprocess
+    import sys
+
+    from .test_data_cli import word_tokenizer
+
+    folder = tmp_path / "tiny-target"
+    tiny_target("qwen3").model.save_pretrained(folder)
+    word_tokenizer().save_pretrained(folder)
+    data = str(write_data(tmp_path / "d.jsonl", n=6))
+    common = ["--target", str(folder), "--data", data, "--max-steps", "2", "--batch-size", "2", "--block-size", "4",
+              "--set", "target_layer_ids=[1, 3]", "--set", "mask_token_id=95", "--set", "max_len=64",
+              "--set", "max_anchors=4", "--set", "tensorboard=false", "--set", "progress=false", "--set", "threads=1"]
+    one = subprocess.run([sys.executable, "-m", "flashdraft.cli", "train", "--out-dir", str(tmp_path / "one"),
+                          "--grad-accum", "2", *common], capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-2000:]
+    port = str(29500 + (os.getpid() + 7) % 1000)
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", port,
+                          "-m", "flashdraft.cli", "train", "--out-dir", str(tmp_path / "two"), "--grad-accum", "1",
+                          *common], capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-2000:]
+
+    def losses(run):
+        lines = [json.loads(l) for l in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        return [l["loss"] for l in lines if l["kind"] == "train"]
+
+    assert len(losses("two")) == 2  # rank 0 logs once per step
+    assert losses("two") == pytest.approx(losses("one"), rel=1e-5)

@@ -50,7 +50,7 @@ def train(
     set_: Optional[list[str]] = typer.Option(None, "--set", help="any other field: --set key=value (repeatable)"),
 ) -> None:
     """Train a DFlash drafter on the target's own responses; export it to OUT_DIR/drafter (z-lab format)."""
-    from flashdraft.train.loop import Trainer
+    from flashdraft.train.loop import Trainer, init_distributed
 
     flags = dict(
         data=data or None, out_dir=out_dir, target=target, num_layers=num_layers, block_size=block_size,
@@ -60,7 +60,14 @@ def train(
     )
     try:
         cfg = TrainConfig.load(config, **{**parse_sets(set_), **{k: v for k, v in flags.items() if v is not None}})
-        result = Trainer(cfg).run()
+        joined = init_distributed()  # torchrun: one process per GPU (or gloo processes on CPU)
+        try:
+            result = Trainer(cfg).run()
+        finally:
+            if joined:
+                import torch.distributed as dist
+
+                dist.destroy_process_group()
     except (ConfigError, TrainError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

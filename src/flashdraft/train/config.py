@@ -16,6 +16,8 @@ class TrainConfig(Section):
     target: str = "gemma-3-270m"
     data: list[str] = Field(default_factory=list, description="JSONL/JSON/Parquet record files")
     out_dir: str = "runs/dflash"
+    device: str = Field("auto", description="auto: this rank's GPU (LOCAL_RANK) if CUDA is there, else cpu")
+    target_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     init_from: str | None = Field(None, description="start from this drafter folder instead of a fresh one")
     num_layers: int = Field(1, ge=1)
     block_size: int = Field(16, ge=2)
@@ -64,6 +66,10 @@ class TrainConfig(Section):
     ema_decay: float | None = Field(None, gt=0, lt=1, description="EMA of the weights (evaluated and exported)")
     seed: int = 0
     threads: int | None = Field(None, ge=1)
+    target_ranks: int = Field(
+        0, ge=0, description="disaggregated: ranks 0..N-1 only run the target and stream features to the other "
+        "ranks, which train (0 = every rank runs its own target pass); see flashdraft.train.disaggregated",
+    )
 
     # bookkeeping
     save_every: int = Field(100, ge=1)
@@ -84,6 +90,11 @@ class TrainConfig(Section):
     def _check(self) -> "TrainConfig":
         if self.max_len < self.block_size:
             raise ValueError(f"max_len {self.max_len} is shorter than one block ({self.block_size}); raise max_len")
+        if self.target_ranks and self.features:
+            raise ValueError(
+                f"target_ranks {self.target_ranks} with features {self.features}: the offline cache needs no target "
+                "ranks; set target_ranks: 0 or drop features"
+            )
         names = []
         for v in self.variants:
             bad = sorted(set(v) - set(VARIANT_FIELDS) - {"name"})

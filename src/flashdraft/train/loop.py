@@ -36,6 +36,7 @@ from flashdraft.train.checkpoint import (
 )
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import DataStats, DataStream, Example, draft_vocab_from_frequencies, load_examples
+from flashdraft.train.disaggregated import FeatureChannel, role, share_plan
 from flashdraft.train.evaluate import evaluate_tau, load_eval_prompts
 from flashdraft.train.objective import DFlashObjective, TrainError, acceptance_metrics, init_norm_from_target, target_pass
 
@@ -87,6 +88,32 @@ def agree(flag: bool) -> bool:
     t = torch.tensor([int(flag)])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda:LOCAL_RANK`` when CUDA is available (one GPU per torchrun process), else ``cpu``."""
+    if device != "auto":
+        return device
+    import os
+
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
+
+
+def init_distributed() -> bool:
+    """Under ``torchrun`` (WORLD_SIZE > 1): join the process group once. CUDA tensors go over NCCL,
+    CPU ones (stop flags, metric sums) over gloo; without CUDA everything is gloo. -> whether it did."""
+    import os
+
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return False
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+    else:
+        dist.init_process_group("gloo")
+    return True
 
 
 def make_scheduler(optimizer, total_steps: int, warmup_ratio: float, min_lr_ratio: float, lr: float):
@@ -193,10 +220,15 @@ class Variant:
 
 
 class Trainer:
-    """Builds target, drafters, data and optimisers from a :class:`TrainConfig` and runs the loop."""
+    """Builds target, drafters, data and optimisers from a :class:`TrainConfig` and runs the loop.
+
+    With ``cfg.target_ranks`` > 0 the first ranks are feature producers (target and data only; their
+    ``run`` is :meth:`serve`) and the others train on the features they send (disaggregated.py).
+    """
 
     def __init__(self, cfg: TrainConfig, target=None, examples: list[Example] | None = None, eval_prompts=None):
         self.cfg = cfg
+        self.role = role(cfg)  # (producer or trainer, the trainers' group and world); a collective
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
@@ -205,7 +237,7 @@ class Trainer:
         if target is None:
             from flashdraft.models.target import load_target
 
-            target = load_target(cfg.target)
+            target = load_target(cfg.target, dtype=cfg.target_dtype, device=resolve_device(cfg.device))
         self.target = target
         self.out = Path(cfg.out_dir)
         named = cfg.variant_configs()
@@ -220,6 +252,13 @@ class Trainer:
         self.stream = DataStream(examples, cfg.batch_size, cfg.seed, cfg.pack, cfg.max_len)
         per_step = cfg.batch_size * cfg.grad_accum
         self.total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * len(examples) / per_step))
+        if self.role.is_producer:  # no drafters, optimizers or eval: the first trainer says what to compute
+            plan = share_plan(self.role, None)
+            self.variants, self.layer_ids, self.want_final = [], plan["layer_ids"], plan["want_final"]
+            self.step = plan["step"]
+            self.stream.load_state_dict(plan["data"])
+            self.channel = FeatureChannel(self.role, target.device, target.dtype)
+            return
         resume_step = self._common_checkpoint([self.out / n if n else self.out for n, _ in named]) if cfg.resume else None
         self.variants = [Variant(n, c, self.out, target, examples, self.total_steps, resume_step) for n, c in named]
         # the target pass captures the union of the variants' layers; each variant reads its columns
@@ -247,6 +286,11 @@ class Trainer:
                     v.ema.load_state_dict(state["extra"]["ema"])
             self.step = int(state["step"])
             self.stream.load_state_dict(state["data"])
+        self.channel = None
+        if self.role.producers:
+            share_plan(self.role, {"layer_ids": self.layer_ids, "want_final": self.want_final, "step": self.step,
+                                   "data": self.stream.state_dict()})
+            self.channel = FeatureChannel(self.role, target.device, target.dtype)
         self.eval_prompts = eval_prompts
         if self.eval_prompts is None and cfg.eval_prompts and cfg.eval_n:
             self.eval_prompts = load_eval_prompts(cfg.eval_prompts, target, cfg.eval_n)
@@ -269,7 +313,8 @@ class Trainer:
 
     @property
     def is_main(self) -> bool:
-        return dist_world()[1] == 0
+        """The rank that logs, evaluates and saves: rank 0, or the first trainer after the producers."""
+        return dist_world()[1] == self.role.producers
 
     def _log(self, rec: dict, variant: Variant | None = None) -> None:
         if not self.is_main:
@@ -343,7 +388,9 @@ class Trainer:
 
     def features(self, batch, micro_examples) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Target features of the union layers [b, T, K*H] (+ final hidden [b, T, H] for KL): one
-        frozen target pass, or rows read from the offline feature cache."""
+        frozen target pass, rows read from the offline feature cache, or received from a producer rank."""
+        if self.channel is not None:
+            return self.channel.recv(self.want_final)
         if self.store is None:
             return target_pass(self.target, batch, self.layer_ids, self.want_final)
         feats, final_h = self.store.collate(micro_examples, self.layer_ids, self.target.device, self.want_final)
@@ -354,10 +401,11 @@ class Trainer:
 
         Under torch.distributed every rank draws the same ``grad_accum * world`` micro-batches and
         their anchors (data only, cheap), so the normaliser is global without communication; rank r
-        runs micro-batches r, r + world, ... and gradients are summed across ranks.
+        runs micro-batches r, r + world, ... and gradients are summed across ranks. With producer
+        ranks, world and r count the trainers only.
         """
         cfg = self.cfg
-        world, rank = dist_world()
+        world, rank = self.role.world, self.role.dp_rank
         micro, rows = [], []
         for _ in range(cfg.grad_accum * world):
             micro.append(self.stream.next_batch(self.target.device))
@@ -395,8 +443,8 @@ class Trainer:
 
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             flat = torch.cat([g.flatten() for g in grads])
-            dist.all_reduce(flat)
-            dist.all_reduce(sums)
+            dist.all_reduce(flat, group=self.role.group)
+            dist.all_reduce(sums, group=self.role.group)
             for p, g in zip(params, flat.split([q.numel() for q in params])):
                 p.grad = g.view_as(p).clone()
         clip = v.cfg.grad_clip if v.cfg.grad_clip > 0 else float("inf")
@@ -420,6 +468,8 @@ class Trainer:
 
     def run(self, stop_after: int | None = None) -> TrainResult:
         """Train to ``total_steps`` (or ``stop_after`` more steps, a signal, or ``max_minutes``)."""
+        if self.role.is_producer:
+            return self.serve(stop_after)
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         if self.is_main:
@@ -476,15 +526,7 @@ class Trainer:
         m = metrics[self.variants[0].label]
         bar.update(task, completed=self.step,
                    info=f"loss {m['loss']:.3f} acc {m['acc']:.3f} tau~{m['tau_proxy']:.2f} {m['tokens_per_s']:.0f} tok/s")
-        stop = None
-        if flag.get("signal"):
-            stop = "signal"
-        elif cfg.max_minutes and elapsed > cfg.max_minutes * 60:
-            stop = "time"
-        elif stop_after is not None and self.step - start_step >= stop_after:
-            stop = "stop_after"
-        if agree(stop is not None):  # every rank stops at the same step
-            stop = stop or "signal"
+        stop = self._stop(flag, elapsed, start_step, stop_after)
         evals = None
         if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < self.total_steps and not stop:
             evals = self.evaluate()
@@ -493,3 +535,36 @@ class Trainer:
         if stop or evals or self.step % cfg.save_every == 0 or self.step == self.total_steps:
             result.checkpoint = self.save()
         return stop
+
+    def _stop(self, flag, elapsed, start_step, stop_after) -> str | None:
+        """Why to stop after this step (None: go on); a collective over all ranks, producers included."""
+        stop = None
+        if flag.get("signal"):
+            stop = "signal"
+        elif self.cfg.max_minutes and elapsed > self.cfg.max_minutes * 60:
+            stop = "time"
+        elif stop_after is not None and self.step - start_step >= stop_after:
+            stop = "stop_after"
+        if agree(stop is not None):  # every rank stops at the same step
+            stop = stop or "signal"
+        return stop
+
+    # ---- feature producer (cfg.target_ranks) ----------------------------------------------
+
+    def serve(self, stop_after: int | None = None) -> TrainResult:
+        """Producer rank: step for step with the trainers, send the target features of their micro-batches.
+        No checkpoints, eval or logs; stops at the same step as the trainers."""
+        result = TrainResult(step=self.step, total_steps=self.total_steps, stopped="done")
+        flag: dict[str, str] = {}
+        t0, start_step = time.perf_counter(), self.step
+        with stop_signals(flag), torch.no_grad():
+            while self.step < self.total_steps:
+                self.channel.serve_step(self.stream, self.cfg.grad_accum * self.role.world, self.target.device,
+                                        lambda b: target_pass(self.target, b, self.layer_ids, self.want_final))
+                self.step += 1
+                stop = self._stop(flag, time.perf_counter() - t0, start_step, stop_after)
+                if stop:
+                    result.stopped = stop
+                    break
+        result.step = self.step
+        return result
