@@ -50,7 +50,8 @@ def train(
     set_: Optional[list[str]] = typer.Option(None, "--set", help="any other field: --set key=value (repeatable)"),
 ) -> None:
     """Train a DFlash drafter on the target's own responses; export it to OUT_DIR/drafter (z-lab format)."""
-    from flashdraft.train.loop import Trainer, init_distributed
+    from flashdraft.train.dist import init_distributed
+    from flashdraft.train.loop import Trainer
 
     flags = dict(
         data=data or None, out_dir=out_dir, target=target, num_layers=num_layers, block_size=block_size,

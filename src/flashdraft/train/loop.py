@@ -18,10 +18,8 @@ from __future__ import annotations
 import json
 import math
 import random
-import signal
-import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +35,8 @@ from flashdraft.train.checkpoint import (
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import DataStats, DataStream, Example, draft_vocab_from_frequencies, load_examples
 from flashdraft.train.disaggregated import FeatureChannel, role, share_plan
+from flashdraft.train.dist import agree, dist_world, resolve_device, stop_signals
+from flashdraft.train.optim import EMA, make_scheduler
 from flashdraft.train.evaluate import evaluate_tau, load_eval_prompts
 from flashdraft.train.objective import DFlashObjective, TrainError, acceptance_metrics, init_norm_from_target, target_pass
 
@@ -51,121 +51,6 @@ class TrainResult:
     final_drafter: Path | None = None
     eval: dict | None = None
     variants: dict[str, dict] = field(default_factory=dict)  # name -> {"losses", "final_drafter", "eval"}
-
-
-@contextmanager
-def stop_signals(flag: dict):
-    """SIGTERM/SIGINT set ``flag['signal']``; the loop then saves a checkpoint and returns."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    def handler(signum, _frame):
-        flag["signal"] = signal.Signals(signum).name
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def dist_world() -> tuple[int, int]:
-    """(world size, rank); (1, 0) without an initialised torch.distributed process group."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
-
-
-def agree(flag: bool) -> bool:
-    """True on every rank if it is True on any (stop decisions must be collective)."""
-    import torch.distributed as dist
-
-    if dist_world()[0] == 1:
-        return flag
-    t = torch.tensor([int(flag)])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda:LOCAL_RANK`` when CUDA is available (one GPU per torchrun process), else ``cpu``."""
-    if device != "auto":
-        return device
-    import os
-
-    return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
-
-
-def init_distributed() -> bool:
-    """Under ``torchrun`` (WORLD_SIZE > 1): join the process group once. CUDA tensors go over NCCL,
-    CPU ones (stop flags, metric sums) over gloo; without CUDA everything is gloo. -> whether it did."""
-    import os
-
-    import torch.distributed as dist
-
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
-        return False
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group("cpu:gloo,cuda:nccl")
-    else:
-        dist.init_process_group("gloo")
-    return True
-
-
-def make_scheduler(optimizer, total_steps: int, warmup_ratio: float, min_lr_ratio: float, lr: float):
-    """Linear warmup then cosine decay to ``lr * min_lr_ratio`` (torch.optim.lr_scheduler)."""
-    from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
-
-    warm = int(round(total_steps * warmup_ratio))
-    cosine = CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warm), eta_min=lr * min_lr_ratio)
-    if warm == 0:
-        return cosine
-    linear = LinearLR(optimizer, start_factor=1.0 / (warm + 1), end_factor=1.0, total_iters=warm)
-    return SequentialLR(optimizer, [linear, cosine], milestones=[warm])
-
-
-class EMA:
-    """Exponential moving average of the trainable weights: ``avg <- decay * avg + (1 - decay) * w``.
-
-    Written here rather than ``torch.optim.swa_utils.AveragedModel``, which deep-copies the module
-    (and with it the bound target).
-    """
-
-    def __init__(self, module: torch.nn.Module, decay: float):
-        self.decay = decay
-        self.avg = {k: p.detach().clone() for k, p in module.named_parameters() if p.requires_grad}
-
-    @torch.no_grad()
-    def update(self, module: torch.nn.Module) -> None:
-        for k, p in module.named_parameters():
-            if k in self.avg:
-                self.avg[k].lerp_(p.detach(), 1.0 - self.decay)
-
-    @contextmanager
-    def applied(self, module: torch.nn.Module):
-        """Swap the averaged weights in for the duration of the block."""
-        params = dict(module.named_parameters())
-        saved = {k: params[k].detach().clone() for k in self.avg}
-        with torch.no_grad():
-            for k, v in self.avg.items():
-                params[k].copy_(v)
-        try:
-            yield module
-        finally:
-            with torch.no_grad():
-                for k, v in saved.items():
-                    params[k].copy_(v)
-
-    def state_dict(self) -> dict:
-        return {"decay": self.decay, "avg": self.avg}
-
-    def load_state_dict(self, state: dict) -> None:
-        for k, v in state["avg"].items():
-            self.avg[k].copy_(v)
 
 
 class Variant:
