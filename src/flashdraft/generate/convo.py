@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flashdraft.generate.sources import Sample
+from flashdraft.models.target import with_bos
 
 PLAIN_SEPARATOR = "\n\n"
 
@@ -102,6 +103,8 @@ class Renderer:
             if conv.turn:
                 text = PLAIN_SEPARATOR + text
             new = self._encode(text, special=conv.turn == 0)
+            if conv.turn == 0:
+                new = with_bos(self.tok, new)
             text = conv.prev_text + text
         conv.ids = conv.ids + new
         conv.mask = conv.mask + [0] * len(new)

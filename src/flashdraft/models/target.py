@@ -78,6 +78,13 @@ def check_target_layer_ids(layer_ids: list[int], num_target_layers: int, target_
         )
 
 
+def with_bos(tokenizer, ids: list[int]) -> list[int]:
+    """``ids`` starting with the tokenizer's BOS (when it has one): tokenizers converted from GGUF
+    may not add it, and Gemma degenerates without it."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return [bos, *ids] if bos is not None and (not ids or ids[0] != bos) else ids
+
+
 @dataclass
 class Target:
     """A loaded causal LM with its tokenizer and the facts drafters are checked against."""
@@ -133,11 +140,7 @@ class Target:
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise TargetError(f"target {self.name} has no tokenizer; pass token ids instead of text")
-        ids = list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
-        bos = getattr(self.tokenizer, "bos_token_id", None)
-        if bos is not None and (not ids or ids[0] != bos):
-            ids = [bos, *ids]  # tokenizers converted from GGUF may not add BOS; Gemma degenerates without it
-        return ids
+        return with_bos(self.tokenizer, list(self.tokenizer(text, add_special_tokens=True)["input_ids"]))
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:
