@@ -228,13 +228,15 @@ def target_pass(target: Target, batch: Batch, layer_ids: list[int], want_final: 
 class LMHead:
     """The target's frozen LM head (+ Gemma-style final soft-capping), fp32 logits out.
 
-    Under autocast the weight is cast once and cached per dtype: autocast would otherwise re-cast a
-    frozen 262k x 640 matrix on every chunk. Without autocast it is exactly :func:`lm_logits`.
+    Under autocast the weight is cast once and cached per dtype on the target (shared by all
+    variants): autocast would otherwise re-cast a frozen 262k x 640 matrix on every chunk. Without autocast it is exactly :func:`lm_logits`.
     """
 
     def __init__(self, target: Target):
         self.target = target
-        self._cast: dict[torch.dtype, torch.Tensor] = {}
+        if not hasattr(target, "_lm_head_cast"):  # one cast copy per target, shared by every variant's objective
+            target._lm_head_cast = {}
+        self._cast: dict[torch.dtype, torch.Tensor] = target._lm_head_cast
 
     def __call__(self, h: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [m, V] (or [m, len(rows)] over the vocabulary ids ``rows`` only)."""
