@@ -28,7 +28,7 @@ the whole process (loading included).
     python bench/train_throughput.py --steps 2 --warmup 1 --configs draft-vocab b16 --out-json /tmp/t.json
 
 Data (``--data``): a JSONL of {token_ids, loss_mask} records or a ``flashdraft generate`` output
-folder. The default ``runs/gemma3-270m-dflash/train.jsonl`` is written by the recipe
+folder. The default ``runs/gemma3-270m-dflash/generated`` is the recipe's ``flashdraft generate`` output
 (``python recipes/gemma3_270m_dflash.py --out runs/gemma3-270m-dflash --stages prompts,generate``);
 or regenerate code completions with the target itself:
 
@@ -211,7 +211,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=None, help="YAML of TrainConfig shape fields over BASE (e.g. a recipe)")
     ap.add_argument("--target", default="gemma-3-270m")
-    ap.add_argument("--data", default="runs/gemma3-270m-dflash/train.jsonl")
+    ap.add_argument("--data", default="runs/gemma3-270m-dflash/generated")
     ap.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     ap.add_argument("--steps", type=int, default=4, help="measured optimiser steps (median)")
     ap.add_argument("--warmup", type=int, default=1, help="steps dropped before measuring")
