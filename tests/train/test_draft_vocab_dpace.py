@@ -19,9 +19,10 @@ from .test_objective import blocks_at, one_row
 
 def test_draft_vocab_is_the_most_frequent_supervised_tokens():
     ex = [Example([5, 7, 7, 9, 9, 9, 3], [0, 1, 1, 1, 1, 1, 0], 0), Example([3, 3, 3, 3, 7], [0, 0, 0, 0, 1], 1)]
-    # supervised counts: 9 x3, 7 x3, 3 x0 (never supervised), 5 x0; ties broken by lower id
+    # supervised counts: 9 x3, 7 x3; then by count anywhere: 3 x5 (never supervised), 5 x1; then lower id
     assert draft_vocab_from_frequencies(ex, VOCAB, 2).tolist() == [7, 9]
-    assert draft_vocab_from_frequencies(ex, VOCAB, 3).tolist() == [0, 7, 9]
+    assert draft_vocab_from_frequencies(ex, VOCAB, 3).tolist() == [3, 7, 9]
+    assert draft_vocab_from_frequencies(ex, VOCAB, 5).tolist() == [0, 3, 5, 7, 9]
     with pytest.raises(TrainError, match="draft_vocab_size"):
         draft_vocab_from_frequencies(ex, VOCAB, VOCAB + 1)
 

@@ -169,12 +169,16 @@ def load_examples(
 
 
 def draft_vocab_from_frequencies(examples: list[Example], vocab_size: int, size: int) -> torch.Tensor:
-    """The ``size`` most frequent supervised tokens of the data (ties: lower id first) -> sorted ids [size]."""
+    """The ``size`` most frequent supervised tokens of the data -> sorted ids [size]. Ties (and the
+    tokens never supervised, when the data has fewer than ``size``) go by frequency anywhere in the
+    data, then by lower id."""
     if not 0 < size <= vocab_size:
         raise TrainError(f"draft_vocab_size {size} must be in 1..{vocab_size} (the target's vocabulary)")
-    sup = [t for e in examples for t, m in zip(e.token_ids, e.loss_mask) if m]
-    counts = torch.bincount(torch.tensor(sup, dtype=torch.long), minlength=vocab_size)  # [V]
-    return torch.argsort(-counts, stable=True)[:size].sort().values
+    ids = torch.tensor([t for e in examples for t in e.token_ids], dtype=torch.long)
+    sup = torch.tensor([m for e in examples for m in e.loss_mask], dtype=torch.bool)
+    everywhere = torch.bincount(ids, minlength=vocab_size)  # [V]
+    key = torch.bincount(ids[sup], minlength=vocab_size) * (int(everywhere.sum()) + 1) + everywhere
+    return torch.argsort(-key, stable=True)[:size].sort().values
 
 
 def collate(rows: list[list[Example]], seeds: list[int], device: torch.device | str = "cpu") -> Batch:
