@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import json
 import random
+import subprocess
+import sys
 import sysconfig
 import time
 from pathlib import Path
 
 import torch
-
-from flashdraft.models.forward import lm_logits
 
 BOS = 2  # Gemma <bos>
 
@@ -79,54 +80,11 @@ def stdlib_prompts(n: int, seed: int, max_chars: int = 700) -> list[str]:
     return out[:n]
 
 
-@torch.no_grad()
-def greedy_batch(target, chunk: list[list[int]], new_tokens: int, pad: int) -> list[list[int]]:
-    """Greedy continuations of left-padded prompts with a KV cache; the LM head runs on the last
-    position only (HF generate materialised [batch, prompt, 262k] logits in the prefill)."""
-    from transformers import DynamicCache
-
-    model = target.model
-    L = max(map(len, chunk))
-    ids = torch.tensor([[pad] * (L - len(c)) + c for c in chunk])  # [b, L]
-    att = torch.tensor([[0] * (L - len(c)) + [1] * len(c) for c in chunk])  # [b, L]
-    cache, out = DynamicCache(), []
-    done = torch.zeros(len(chunk), dtype=torch.bool)
-    step_ids = ids
-    for _ in range(new_tokens):
-        pos = (att.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]  # [b, n]
-        h = model.model(input_ids=step_ids, attention_mask=att, position_ids=pos, past_key_values=cache,
-                        use_cache=True).last_hidden_state[:, -1]  # [b, d]
-        nxt = lm_logits(target, h).argmax(-1)  # [b]
-        out.append(nxt)
-        done |= torch.isin(nxt, torch.tensor(target.eos_token_ids or [-1]))
-        if done.all():
-            break
-        step_ids = nxt[:, None]
-        att = torch.cat([att, torch.ones(len(chunk), 1, dtype=att.dtype)], dim=1)
-    return torch.stack(out, 1).tolist()
-
-
-def generate_records(target, prompts: list[str], new_tokens: int, batch: int, out: Path, log, max_prompt: int = 128) -> None:
-    """Greedy continuations (batched, left padding) -> token-level JSONL {token_ids, loss_mask}."""
-    tok = target.tokenizer
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    enc = [[BOS] + list(tok(p, add_special_tokens=False)["input_ids"])[-max_prompt:] for p in prompts]
-    enc.sort(key=len)  # similar lengths per batch: less padding
-    t0 = time.perf_counter()
-    tmp = out.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        for s in range(0, len(enc), batch):
-            chunk = enc[s : s + batch]
-            for c, g in zip(chunk, greedy_batch(target, chunk, new_tokens, pad)):
-                resp = []
-                for t in g:
-                    resp.append(t)
-                    if t in target.eos_token_ids:
-                        break
-                f.write(json.dumps({"token_ids": c + resp, "loss_mask": [0] * len(c) + [1] * len(resp)}) + "\n")
-            f.flush()
-            log(f"generate: {min(s + batch, len(enc))}/{len(enc)} sequences, {time.perf_counter() - t0:.0f}s")
-    tmp.replace(out)
+def generate_cmd(prompts: Path, out: Path, new_tokens: int, backend: str) -> list[str]:
+    """``flashdraft generate``: the target's greedy continuations as token-level records (resumable)."""
+    return [sys.executable, "-m", "flashdraft.cli", "generate", str(prompts), "-o", str(out), "--backend", backend,
+            "--dtype", "float32", "--max-tokens", str(new_tokens), "--temperature", "0", "--chat-template", "never",
+            "--resume", "--no-progress"]
 
 
 def humaneval_prompts(target, n: int) -> list[list[int]]:
@@ -140,11 +98,11 @@ def humaneval_prompts(target, n: int) -> list[list[int]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="runs/gemma3-270m-dflash")
-    ap.add_argument("--n-prompts", type=int, default=256)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--gen-batch", type=int, default=64)
-    ap.add_argument("--gen-dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--train-minutes", type=float, default=22.0)
+    ap.add_argument("--n-prompts", type=int, default=1000)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
+    ap.add_argument("--offline", action="store_true", help="cache the target's features once (flashdraft features)")
+    ap.add_argument("--train-minutes", type=float, default=16.0)
     ap.add_argument("--run-name", default="run", help="sub-folder of --out for this training run")
     ap.add_argument("--max-steps", type=int, default=None, help="optimizer steps (sets the cosine length)")
     ap.add_argument("--set", action="append", default=[], help="override a TrainConfig field: --set lr=4e-3")
@@ -160,53 +118,72 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stages = set(a.stages.split(","))
+    t_start = time.perf_counter()
+    minutes: dict[str, float] = {}
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
     from flashdraft.models.target import load_target
+    from flashdraft.train.cli import parse_sets
+    from flashdraft.train.config import TrainConfig
 
-    prompts_path, data_path = out / "prompts.jsonl", out / "train.jsonl"
+    prompts_path, data_path = out / "prompts.jsonl", out / "generated"
     if "prompts" in stages and (a.force or not prompts_path.is_file()):
         ps = stdlib_prompts(a.n_prompts, seed=0)
         prompts_path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ps))
         log(f"prompts: {len(ps)} stdlib prefixes -> {prompts_path}")
-    if "generate" in stages and (a.force or not data_path.is_file()):
-        gen_target = load_target("gemma-3-270m", dtype=a.gen_dtype)
-        ps = [json.loads(l)["prompt"] for l in prompts_path.read_text().splitlines()]
-        generate_records(gen_target, ps, a.new_tokens, a.gen_batch, data_path, log)
-        del gen_target
+    if "generate" in stages:
+        t0 = time.perf_counter()
+        backend = a.backend
+        if backend == "auto":
+            backend = "vllm" if importlib.util.find_spec("vllm") else "hf"
+        subprocess.run(generate_cmd(prompts_path, data_path, a.new_tokens, backend), check=True)
+        minutes["generate"] = (time.perf_counter() - t0) / 60
+        log(f"generate ({backend}): {minutes['generate']:.1f} min -> {data_path}")
     target = load_target("gemma-3-270m")
     he = humaneval_prompts(target, a.eval_n)
     he_path = out / "humaneval_eval.jsonl"
     he_path.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in he))
-    results: dict = {}
+    over = dict(data=[str(data_path)], out_dir=str(out / a.run_name), max_minutes=a.train_minutes, threads=a.threads)
+    if a.max_steps:
+        over["max_steps"] = a.max_steps
+    if a.offline:
+        over["features"] = str(out / "features")
+    cfg = TrainConfig.load(a.config, **{**over, **parse_sets(a.set)})  # real tau is measured in the eval stage below
+    results: dict = {"config": cfg.model_dump(mode="json")}
     if "train" in stages:
-        from flashdraft.train.config import TrainConfig
+        from flashdraft.train.data import load_examples
         from flashdraft.train.loop import Trainer
 
-        over = dict(data=[str(data_path)], out_dir=str(out / a.run_name), max_minutes=a.train_minutes, threads=a.threads)
-        if a.max_steps:
-            over["max_steps"] = a.max_steps
-        from flashdraft.train.cli import parse_sets
+        if a.offline:
+            from flashdraft.train.features import write_features
 
-        cfg = TrainConfig.load(a.config, **{**over, **parse_sets(a.set)})  # real tau is measured in the eval stage below
+            t0 = time.perf_counter()
+            examples, _ = load_examples(cfg.data, target, cfg.max_len, cfg.block_size, cfg.append_eos)
+            write_features(target, examples, sorted(cfg.target_layer_ids or target.default_layer_ids(cfg.num_layers)),
+                           cfg.features, dtype="bfloat16", progress=False)
+            minutes["features"] = (time.perf_counter() - t0) / 60
+            log(f"features: {len(examples)} sequences in {minutes['features']:.1f} min -> {cfg.features}")
         t0 = time.perf_counter()
         res = Trainer(cfg, target=target).run()
-        results["train_minutes"] = (time.perf_counter() - t0) / 60
+        minutes["train"] = (time.perf_counter() - t0) / 60
         results["train_steps"], results["train_stopped"] = res.step, res.stopped
-        log(f"train: {res.step} steps in {results['train_minutes']:.1f} min ({res.stopped})")
+        log(f"train: {res.step} steps in {minutes['train']:.1f} min ({res.stopped})")
     if "eval" in stages:
         from flashdraft.models.dflash import DFlashDrafter
         from flashdraft.train.evaluate import evaluate_tau
 
+        t0 = time.perf_counter()
         drafter = DFlashDrafter.from_pretrained(out / a.run_name / "drafter", target)
         for method, budget in (("dflash", None), ("ddtree", a.ddtree_budget)):
-            t0 = time.perf_counter()
             r = evaluate_tau(target, drafter, he, a.eval_tokens, method, budget)
-            r["seconds"] = time.perf_counter() - t0
             results[method] = r
             log(f"eval {method}: tau {r['tau']:.3f} over {r['rounds']} rounds; acceptance {[round(x, 3) for x in r['per_position_acceptance']]}")
+        minutes["eval"] = (time.perf_counter() - t0) / 60
+    minutes["total"] = (time.perf_counter() - t_start) / 60
+    results["minutes"] = minutes
+    log("minutes: " + ", ".join(f"{k} {v:.1f}" for k, v in minutes.items()))
     res_path = out / f"results-{a.run_name}.json"
     prev = json.loads(res_path.read_text()) if res_path.is_file() else {}
     res_path.write_text(json.dumps({**prev, **results}, indent=2) + "\n")
