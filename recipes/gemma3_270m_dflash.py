@@ -1,26 +1,26 @@
-"""Recipe: a small DFlash drafter for the embedded Gemma-3-270M, trained on CPU from offline data.
+"""Recipe: a small DFlash drafter for the embedded Gemma-3-270M, trained on CPU from its own answers.
 
-Stages (each skipped when its output exists; ``--force`` redoes it):
+Stages (``--stages``, comma-separated):
 
 1. prompts  - prefixes of Python standard-library source files (function heads with their
               docstrings, and random cut points), held apart from HumanEval (never trained on).
-2. generate - the target's own greedy continuations (HF ``generate``, batched, left padding),
-              written as token-level records {token_ids, loss_mask} with an explicit <bos>
-              (the GGUF-converted tokenizer does not add one).
-3. train    - ``flashdraft.train`` (the same code as ``flashdraft train``) on those records.
-4. eval     - greedy DFlash and DDTree decoding of held-out HumanEval prompts with the exported
-              drafter: tau (tokens per verify round, bonus included) and per-position acceptance.
+2. generate - ``flashdraft generate`` (vLLM when installed, else HF; fp32, greedy, plain
+              continuation with BOS): the target's own answers as token-level records; resumable.
+3. train    - with ``--offline``, ``flashdraft.train.features.write_features`` first caches the
+              target's features of layers [1, 8, 15] once (bf16 shards, resumable); then
+              ``flashdraft.train`` (the same code as ``flashdraft train``) with
+              ``recipes/gemma3_270m_dflash.yaml``: 1 layer, block 8, an 8192-token draft vocabulary.
+4. eval     - greedy DFlash and DDTree (budget 32) decoding of 8 held-out HumanEval prompts x 48
+              tokens with the exported drafter: tau (tokens per verify round, bonus included) and
+              per-position acceptance.
 
-Command used for the reported figures (2 shared CPU cores; data generation was stopped after 128
-sequences, i.e. ``train.tmp`` renamed to ``train.jsonl``, because it ran at ~7 tokens/s under load)::
+Commands used for the reported figures (2 CPU cores shared with other jobs)::
 
-    nice -n 10 python recipes/gemma3_270m_dflash.py --out runs/gemma3-270m-dflash --stages prompts,generate
-    nice -n 10 python recipes/gemma3_270m_dflash.py --out runs/gemma3-270m-dflash --stages train,eval \
-        --config recipes/gemma3_270m_dflash_fast.yaml --run-name run-fast-lr4e3 --max-steps 300 \
-        --train-minutes 11 --set lr=4e-3
+    python recipes/gemma3_270m_dflash.py --out runs/r3 --stages prompts,generate
+    python recipes/gemma3_270m_dflash.py --out runs/r3 --stages train,eval --offline --run-name main \
+        --max-steps 300 --train-minutes 12 --threads 2
 
-``recipes/gemma3_270m_dflash.yaml`` is the full-vocabulary variant (about 20-50 s per step here).
-Results land in ``<out>/results-<run-name>.json``.
+Minutes per stage and the eval results land in ``<out>/results-<run-name>.json``.
 """
 
 from __future__ import annotations
