@@ -12,7 +12,8 @@ read with ``git show``; nothing is downloaded by this script.
     python bench/build_mix_pool.py --mirrors /work/.mirror
 
 Families (domain: family <- repository):
-  math:        svamp <- arkilpatel/SVAMP; asdiv <- chaochun/nlu-asdiv-dataset; aqua <- google-deepmind/AQuA;
+  math:        cmath, olympiadbench, college-math, cn-middle-school, gaokao-math-qa, carp-en, mawps,
+               minerva-math <- QwenLM/Qwen2.5-Math (evaluation/data); svamp <- arkilpatel/SVAMP; asdiv <- chaochun/nlu-asdiv-dataset; aqua <- google-deepmind/AQuA;
                theoremqa <- wenhuchen/TheoremQA; ape210k (Chinese) <- Chenny0808/ape210k;
                mgsm (10 languages) <- google-research/url-nlp; + category rows of mt-bench, belle-eval, wizardlm
   coding:      nl2bash <- TellinaTool/nl2bash; exercism-rust, exercism-go <- exercism/{rust,go};
@@ -123,6 +124,23 @@ def math_families(m: Path, rng: random.Random, k: int) -> list[dict]:
         for i in pick(range(len(lines)), max(2, k // 8), rng):
             q, a = lines[i].rsplit("\t", 1)
             out.append(row("math", "mgsm", r.origin(path, str(i)), q, a))
+    r = Repo(m, "QwenLM/Qwen2.5-Math")
+    for fam, name, q, a in (("cmath", "cmath", "question", "answer"), ("olympiadbench", "olympiadbench", "question",
+                                                                        "final_answer"),
+                            ("college-math", "college_math", "question", "answer"),
+                            ("cn-middle-school", "cn_middle_school", "question", "answer"),
+                            ("gaokao-math-qa", "gaokao_math_qa", "question", "label"),
+                            ("carp-en", "carp_en", "content", "steps"), ("mawps", "mawps", "input", "target"),
+                            ("minerva-math", "minerva_math", "problem", "solution")):
+        path = f"evaluation/data/{name}/test.jsonl"
+        lines = [l for l in r.show(path).split("\n") if l.strip()]
+        for i in pick(range(len(lines)), k, rng):
+            x = json.loads(lines[i])
+            ans = x.get(a)
+            ans = ", ".join(map(str, ans)) if isinstance(ans, list) else "" if ans is None else str(ans)
+            qq = x[q] + ("\n" + "\n".join(f"{kk}. {vv}" for kk, vv in x["options"].items())
+                         if isinstance(x.get("options"), dict) else "")
+            out.append(row("math", fam, r.origin(path, str(i)), qq, ans))
     return out
 
 

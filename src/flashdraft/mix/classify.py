@@ -64,21 +64,33 @@ class RuleClassifier:
 
     def classify(self, prompt: str, response: str) -> Label:
         """Label one sample from its prompt and response text."""
-        prompt, response = prompt or "", response or ""
-        turns = {"assistant_turns": prompt.count("<|assistant|>"), "tool_turns": prompt.count("<|tool|>")}
-        prompt, response = _clip(prompt), response[:RESPONSE_HEAD]
-        text = prompt + "\n" + response
+        return self.analyze(prompt, response)[0]
+
+    def keyword_label(self, text: str) -> Label | None:
+        """The first configured keyword label whose pattern occurs in ``text`` (None if none)."""
         for name, rx in self.keyword_rules:
             m = rx.search(text)
             if m:
                 return Label(name, "keyword", {"keyword": m.group(0)[:40]})
+        return None
+
+    def analyze(self, prompt: str, response: str) -> tuple[Label, dict]:
+        """The rules' label and every signal they computed (zeros included), for the learned head."""
+        prompt, response = prompt or "", response or ""
+        turns = {"assistant_turns": prompt.count("<|assistant|>"), "tool_turns": prompt.count("<|tool|>")}
+        prompt, response = _clip(prompt), response[:RESPONSE_HEAD]
+        text = prompt + "\n" + response
+        kw = self.keyword_label(text)
+        if kw is not None:
+            return kw, {}
         sig = self._signals(prompt, response, text)
         sig.update(turns)
+        shown = {k: v for k, v in sig.items() if v not in (0, 0.0, None, "")}
         for domain, rule in self._decide(sig):
             if domain in self.labels:
-                return Label(domain, rule, {k: v for k, v in sig.items() if v not in (0, 0.0, None, "")})
+                return Label(domain, rule, shown), sig
         fallback = "general" if "general" in self.labels else "other" if "other" in self.labels else self.labels[0]
-        return Label(fallback, "fallback", {k: v for k, v in sig.items() if v not in (0, 0.0, None, "")})
+        return Label(fallback, "fallback", shown), sig
 
     @staticmethod
     def _signals(prompt: str, response: str, text: str) -> dict:
@@ -99,7 +111,8 @@ class RuleClassifier:
         r_lang, r_en, r_other, r_words = S.latin_language(resp_words[:200]) if r_script == "latin" else (
             r_script, 0, 1, 99) if r_script else (None, 0, 0, 0)
         # prompt clearly English and response clearly not (or the reverse): a language switch
-        switch = ((p_words >= 4 and r_words >= 3 and p_en >= 0.12 and (r_en < 0.05 or r_other >= 2 * r_en))
+        # (the other side must show function words of its own language: code or numbers are no language)
+        switch = ((p_words >= 4 and r_words >= 3 and p_en >= 0.12 and r_other >= 0.08 and r_other >= 2 * r_en)
                   or (p_words >= 8 and r_words >= 8 and r_en >= 0.12 and p_other >= 0.1 and p_other >= 2 * p_en))
         resp_scripts = S.NON_LATIN.findall(response)
         non_latin_share = len(resp_scripts) / max(1, len(response.replace(" ", "")))
@@ -107,7 +120,7 @@ class RuleClassifier:
         r_math = S.word_signals(resp_words)[0]
         if resp_scripts or S.NON_LATIN.search(ask):
             tr_req += sum(ask.count(w) for w in S.TRANSLATE_CJK)
-        letters = len(ask_words) + len(resp_words)
+        letters = len(ask_words) + len(resp_words) + len(S.NON_LATIN.findall(ask[:600])) // 2  # CJK: ~2 chars a word
         return {
             "code_fences": len(fences) // 2 + len(fences) % 2,
             "fence_langs": ",".join(fence_langs),

@@ -67,13 +67,17 @@ def sample_text(s: Sample) -> str:
     return f"{s.prompt[-600:]}\n\n{s.response[:600]}"
 
 
-def fit_head(x: np.ndarray, y: np.ndarray, n_classes: int, l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
-    """Multinomial logistic regression (weights, bias) by L-BFGS (scipy.optimize.minimize)."""
+def fit_head(x: np.ndarray, y: np.ndarray, n_classes: int, l2: float = 1e-3,
+             weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Multinomial logistic regression (weights, bias) by L-BFGS (scipy.optimize.minimize); ``x`` may be a
+    scipy sparse matrix; ``weights`` (n,) weighs each sample's loss (default 1)."""
     from scipy.optimize import minimize
     from scipy.special import log_softmax
 
     n, dim = x.shape
     onehot = np.eye(n_classes)[y]
+    if weights is not None:
+        onehot = onehot * (np.asarray(weights, dtype=np.float64) * n / np.sum(weights))[:, None]
 
     def loss(theta):
         w = theta[: dim * n_classes].reshape(dim, n_classes)
@@ -81,7 +85,7 @@ def fit_head(x: np.ndarray, y: np.ndarray, n_classes: int, l2: float = 1e-3) -> 
         logp = log_softmax(x @ w + b, axis=1)
         p = np.exp(logp)
         f = -(onehot * logp).sum() / n + l2 * (w * w).sum()
-        g = (p - onehot) / n
+        g = (p * onehot.sum(1, keepdims=True) - onehot) / n
         return f, np.concatenate([(x.T @ g + 2 * l2 * w).ravel(), g.sum(0)])
 
     res = minimize(loss, np.zeros(dim * n_classes + n_classes), jac=True, method="L-BFGS-B",

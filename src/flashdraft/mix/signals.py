@@ -43,7 +43,8 @@ DIGIT = re.compile(r"\d")
 # --- tool calling -----------------------------------------------------------------------------
 SCHEMA = re.compile(
     r"\"(?:parameters|input_schema|properties|required)\"\s*:\s*[\[{]|\"type\"\s*:\s*\"(?:function|object)\"|"
-    r"'(?:parameters|properties)'\s*:\s*\{|<\|tools\|>|<tools>|\bfunctions?\s+(?:available|provided)\b")
+    r"'(?:parameters|properties)'\s*:\s*\{|<\|tools\|>|<tools>|\bfunctions?\s+(?:available|provided)\b|"
+    r"\"inputSchema\"\s*:")
 CALL = re.compile(
     r"\"(?:name|function)\"\s*:\s*\"[\w.\-]+\"\s*,\s*\"(?:arguments|parameters|args|input)\"\s*:|"
     r"\"(?:arguments|tool_calls|function_call|tool_use)\"\s*:|<tool_call>|<functioncall>|"
@@ -191,3 +192,31 @@ def latin_language(words: list[str]) -> tuple[str | None, float, float, int]:
     if n >= 2 and n > 1.3 * second:
         return lang, en_share, other_share, n_words
     return None, en_share, other_share, n_words
+
+
+# --- formats of tool calls, agent transcripts and math without LaTeX ---------------------------
+# Tool-call syntaxes of model families and protocols (from their public format documents): Llama 3.x
+# (<|python_tag|>, <function=...>), Hermes/Qwen <tool_call>, Mistral [TOOL_CALLS], functionary
+# (>>>name / <|from|>), NexusRaven "Call:", Anthropic content blocks, MCP tools/call, ReAct-style
+# "Action Input:" JSON, OpenAI tool_calls/function_call JSON.
+TOOL_FORMAT = re.compile(
+    r"<\|python_tag\|>|<function=[\w.\-]+>|</?tool_call>|\[TOOL_CALLS\]|<\|from\|>|^>>>\s*\w+|^Call:\s*\w+\(|"
+    r"\"type\"\s*:\s*\"tool_(?:use|result)\"|'type'\s*:\s*'tool_(?:use|result)'|ToolUseBlock|tool_use_id|"
+    r"\"method\"\s*:\s*\"tools/(?:call|list)\"|tools/call|\"tool_calls\"\s*:|\"function_call\"\s*:|"
+    r"^Action Input\s*:\s*\{|<\|tool_calls?_section_begin\|>|<tool_use>|<invoke name=", re.M)
+OBSERVATION_LINE = re.compile(r"^[ \t>*#]*Observation(?:\s+\d+)?\s*:", re.M)
+# Numbered ReAct steps (Thought 1: / Action 2: / Observation 3:) and text-game / shell transcripts.
+NUMBERED_STEP = re.compile(r"^(?:Thought|Action|Observation|Act|Obs)\s+\d+\s*:", re.M)
+GAME_SHELL = re.compile(r"^> [a-z]+\b|The output of the OS|^Observation\s*:|You are in the middle of a room|"
+                        r"^\$ [a-z]|<execute>|</execute>|<solution>|\[Search\]|Search\[|click\s*\[|Finish\[", re.M)
+# A short answer or one equation line without LaTeX: "x = 4", "a_n = 9n - 4", "#### 18", "= 51.0".
+EQUATION_LINE = re.compile(r"^\s*(?:[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-z]\))?\s*=\s*[-+*/^().\w\s]{1,40}|[-+]?\d[\d,.]*"
+                           r"(?:\s*\(?[a-z ]{1,20}\)?)?|[-+*/().\d\s]+=\s*[-\d.]+)\s*$", re.M)
+# Math words of other scripts (Chinese/Japanese word problems, equations named in Russian).
+MATH_CJK = re.compile(r"多少|几[个只本元天]|平均|面积|周长|方程|一共|[求解]得?[:：]?\s*x|千克|公里|百分之|%|分数|"
+                      r"比例|速度|计算|答案|何個|いくつ|いくら|сколько|уравнени")
+CODE_TOKENS = re.compile(r"[{};]\s*$|=>|->|::|\bfn\b|\bfunc\b|\bdef\b|\bclass\b|\breturn\b|\bimpl\b|\bpub\b|"
+                         r"\bSELECT\b|\bFROM\b|\bWHERE\b|\|\s*(?:grep|xargs|sort|wc)\b|\bfind \.|\bawk\b|\bsed\b", re.M)
+# A shell command with flags or a pipe, the way one-liners are written ("find . -name x | xargs rm").
+SHELL_LINE = re.compile(r"^\s*(?:sudo\s+)?[a-z][\w.-]*(?:\s+[^\s|;]+)*?\s+-{1,2}[a-zA-Z][\w-]*|\|\s*[a-z][\w-]*\s", re.M)
+ACCENTED = re.compile(r"[À-ɏ]")

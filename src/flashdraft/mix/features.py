@@ -1,0 +1,124 @@
+"""Cheap features of one sample for the learned domain head: rule signals, per-turn evidence, token counts.
+
+Three groups, all computed from the same clipped text the rules read:
+
+* **signals**: every count of :class:`~flashdraft.mix.classify.RuleClassifier` plus the format signals of
+  :mod:`flashdraft.mix.signals` (tool-call syntaxes, numbered ReAct steps, equation lines...), log-scaled;
+* **turns**: what the assistant does across turns (see :func:`turn_evidence`);
+* **tokens**: lower-cased words, digits, punctuation pairs and single non-Latin characters of the ask
+  (end of the prompt) and of the response, in two namespaces (``p:``/``r:``), looked up in a vocabulary
+  chosen at training time (unknown tokens are dropped; no hashing, so features are stable across runs).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from flashdraft.mix import signals as S
+
+TOKEN = re.compile(r"[a-zà-ÿ]+|\d|[^\w\s]{1,2}")
+ASK_CHARS, RESPONSE_CHARS = 1200, 1200
+TURN = re.compile(r"^<\|(\w+)\|>\n", re.M)
+OBS_USER = re.compile(r"^\s*(?:Observation|OBSERVATION|Obs\b|The output of|Tool (?:result|output)|Execution|"
+                      r"Output:|Result:|\[?tool_result|You (?:are in|arrive|see|pick|open)|Nothing happens)")
+SCRIPTS = ("latin", "cjk", "cyrillic", "hangul", "arabic", "other")
+RULE_DOMAINS = ("coding", "math", "general", "tool_calling", "agent", "translation", "other")
+
+
+def _acts(text: str) -> bool:
+    """Whether an assistant turn acts: a tool call in any known syntax, a command, or an ``Action:`` line."""
+    return bool(S.TOOL_FORMAT.search(text) or S.CALL.search(text) or S.ACTION.search(text)
+                or S.NUMBERED_STEP.search(text))
+
+
+def turn_evidence(prompt: str, response: str) -> dict[str, int]:
+    """Per-turn evidence of a conversation rendered by :mod:`flashdraft.mix.records` (``<|role|>`` markers).
+
+    ``assistant_turns`` counts the answer too; ``observation_turns`` counts tool turns, user turns that read
+    like an environment's output, and user turns that answer an assistant action; ``call_turns`` counts
+    assistant turns (the answer included) that act; ``response_acts`` says whether the answer itself acts.
+    """
+    parts = TURN.split(prompt) if "<|" in prompt else [prompt]
+    assistant = 1 if response.strip() else 0
+    obs = obs_user = calls = 0
+    run = longest = 0  # observations since the last real user turn (an autonomous loop), and the longest run
+    acted = False
+    for i in range(1, len(parts) - 1, 2):
+        role, body = parts[i], parts[i + 1][:3000]
+        if role == "assistant":
+            assistant += 1
+            acted = _acts(body)
+            calls += acted
+        elif role == "tool":
+            obs += 1
+            run += 1
+        elif role == "user" and (acted or OBS_USER.match(body)):
+            obs_user += 1
+            run += 1
+            acted = False
+        elif role == "user":
+            run = 0
+        longest = max(longest, run)
+    response_acts = _acts(response[:3000])
+    return {"assistant_turns": assistant, "observation_turns": obs + obs_user, "call_turns": calls + response_acts,
+            "loop_observations": longest, "current_loop": run,
+            "user_obs_turns": obs_user, "response_acts": int(response_acts),
+            "response_tool_call": int(bool(S.TOOL_FORMAT.search(response[:3000]) or S.CALL.search(response[:3000])))}
+
+
+def format_signals(prompt: str, response: str) -> dict[str, int]:
+    """Counts of the format signals of :mod:`flashdraft.mix.signals` over the clipped prompt and response."""
+    text = prompt + "\n" + response
+    return {
+        "tool_format": len(S.TOOL_FORMAT.findall(text)),
+        "tool_format_response": len(S.TOOL_FORMAT.findall(response)),
+        "numbered_steps": len(S.NUMBERED_STEP.findall(text)),
+        "observation_lines": len(S.OBSERVATION_LINE.findall(text)),
+        "game_shell": len(S.GAME_SHELL.findall(text)),
+        "equation_lines_response": len(S.EQUATION_LINE.findall(response)),
+        "math_cjk": len(S.MATH_CJK.findall(text)),
+        "code_tokens_response": len(S.CODE_TOKENS.findall(response)),
+        "code_tokens_prompt": len(S.CODE_TOKENS.findall(prompt[-ASK_CHARS:])),
+        "shell_lines_response": len(S.SHELL_LINE.findall(response[:1500])),
+        "accent_switch": int(_accents(prompt[-ASK_CHARS:]) != _accents(response[:RESPONSE_CHARS])),
+        "response_chars": len(response),
+        "response_lines": response.count("\n") + (1 if response else 0),
+    }
+
+
+def _accents(text: str) -> bool:
+    """Whether a Latin-script text uses accented letters (about 1 in 40 letters or more)."""
+    n = len(S.ACCENTED.findall(text))
+    return n >= 2 and n * 40 >= len(text)
+
+
+def script_of(text: str) -> str:
+    name, _ = S.dominant_script(text[:600])
+    if name is None:
+        return "none"
+    return name if name in SCRIPTS else "other"
+
+
+def numeric_features(sig: dict) -> dict[str, float]:
+    """Named numeric features from a merged signal dict: counts log-scaled, ratios kept, scripts one-hot."""
+    out: dict[str, float] = {}
+    for k, v in sig.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out["n:" + k] = math.log1p(v) if v >= 0 and not k.endswith(("ratio", "share")) else float(v)
+    ps, rs = sig.get("prompt_script", "none"), sig.get("response_script", "none")
+    out[f"s:pair={ps}>{rs}"] = 1.0  # pairs, not sides: "cjk>cjk" is a Chinese chat, "latin>cjk" a translation
+    out["s:same_script"] = float(ps == rs)
+    pl, rl = sig.get("prompt_lang") or "none", sig.get("response_lang") or "none"
+    coarse = lambda x: "en" if x == "en" else "none" if x == "none" else "other"
+    out[f"l:pair={coarse(pl)}>{coarse(rl)}"] = 1.0
+    out["l:differ"] = float(pl != "none" and rl != "none" and pl != rl)
+    out[f"rule={sig.get('rule_domain', 'other')}"] = 1.0
+    return out
+
+
+def tokens(prompt: str, response: str) -> list[str]:
+    """Namespaced tokens of the ask (end of the prompt) and the head of the response."""
+    ask = prompt[-ASK_CHARS:].lower()
+    resp = response[:RESPONSE_CHARS].lower()
+    return ["p:" + t for t in TOKEN.findall(ask)] + ["r:" + t for t in TOKEN.findall(resp)]
