@@ -107,16 +107,19 @@ def main() -> None:
               f"{np.mean(fam_acc):.3f}; recall " + ", ".join(f"{d} {r:.3f}" for d, r in rec.items()))
         prec = {d: sum(g == p for g, p in zip(gold, pr) if p == d) / max(1, pr.count(d)) for d in DOMAINS}
         print("   precision " + ", ".join(f"{d} {v:.3f}" for d, v in prec.items()))
+        figures = {"accuracy": acc, "recall": rec, "precision": prec, "rows": len(gold), "families": len(set(fams)),
+                   "confusion": {g: {p: sum(1 for gg, pp in zip(gold, pr) if gg == g and pp == p)
+                                     for p in DOMAINS + ("other",)} for g in DOMAINS},
+                   "per_family": [{"family": f, "domain": d, "n": n, "accuracy": c / n} for (f, d), (n, c) in per]}
+        if name.startswith("rules"):
+            rules_fig = figures
         if name.startswith("learned"):
+            lofo = figures
             print(f"| family | domain | n | accuracy | most frequent error |\n|---|---|---:|---:|---|")
             for (f, d), (n, c) in per:
                 errs = Counter(p for g, p, ff in zip(gold, pr, fams) if ff == f and g == d and p != g)
                 top = ", ".join(f"{k} {v}" for k, v in errs.most_common(2))
                 print(f"| {f} | {d} | {n} | {c / n:.2f} | {top} |")
-            lofo = {"accuracy": acc, "recall": rec, "precision": prec, "rows": len(gold), "families": len(set(fams)),
-                    "confusion": {g: {p: sum(1 for gg, pp in zip(gold, pr) if gg == g and pp == p)
-                                      for p in DOMAINS + ("other",)} for g in DOMAINS},
-                    "per_family": [{"family": f, "domain": d, "n": n, "accuracy": c / n} for (f, d), (n, c) in per]}
     if a.json:
         a.json.write_text(json.dumps(lofo, indent=1))
     clf = LearnedClassifier.fit(items, gold, weights_for(fams, gold))
@@ -126,9 +129,16 @@ def main() -> None:
     print(f"\nheld-out eval_set.jsonl ({len(ev)} rows), head trained on all pool+dev families: accuracy {ev_acc:.3f}; "
           "recall " + ", ".join(f"{d} {sum(r['label'] == p == d for r, p in zip(ev, ev_pred)) / max(1, sum(r['label'] == d for r in ev)):.3f}"
                                 for d in DOMAINS))
+    from flashdraft.mix.classify import RuleClassifier
+
+    rules = RuleClassifier()
+    rules_fig["heldout_eval_set_accuracy"] = sum(
+        r["label"] == rules.classify(s.prompt, s.response).domain
+        for r, s in ((r, to_sample(r, "eval", i)) for i, r in enumerate(ev))) / len(ev)
+    print(f"rules on the held-out eval_set.jsonl: accuracy {rules_fig['heldout_eval_set_accuracy']:.3f}")
     if a.save:
         clf.meta = {"trained_on": "pool.jsonl + dev_set.jsonl", "rows": len(gold), "families": len(set(fams)),
-                    "lofo": lofo, "heldout_eval_set_accuracy": ev_acc}
+                    "lofo": lofo, "heldout_eval_set_accuracy": ev_acc, "rules": rules_fig}
         clf.save(a.save)
         print(f"saved the head ({len(clf.names)} features) to {a.save}")
 

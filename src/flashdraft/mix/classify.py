@@ -98,7 +98,7 @@ class RuleClassifier:
         fences = S.FENCE.findall(text)
         fence_langs = sorted({n for n in (S.lexer_name(t) for t in fences[::2] if t) if n})
         lines = max(1, len(S.LINE.findall(response or prompt)))
-        code_lines = len(S.CODE_LINE.findall(response or prompt))
+        code_lines = len(S.CODE_LINE.findall(response or prompt)) + len(S.SHELL_LINE.findall((response or prompt)[:1500]))
         react = S.REACT.findall(text) + [k for k in S.JSON_REACT_KEYS if k in text]
         digits = len(S.DIGIT.findall(text))
         ask = prompt[-3000:] or response[:1500]
@@ -199,25 +199,33 @@ class RuleClassifier:
         return out
 
 
-def make_classifier(method: str = "rules", labels: Iterable[str] = DEFAULT_DOMAINS,
-                    keyword_labels: Mapping[str, Sequence[str]] | None = None, model_path: str | None = None):
-    """Build the classifier named by ``method`` ("rules", or "embedding" with a trained ``model_path``)."""
+def make_classifier(method: str = "learned", labels: Iterable[str] = DEFAULT_DOMAINS,
+                    keyword_labels: Mapping[str, Sequence[str]] | None = None, model_path: str | None = None,
+                    abstain_below: float = 0.0):
+    """Build the classifier named by ``method``: "learned" (the default; ``model_path`` or the shipped head),
+    "rules", or "embedding" with a trained ``model_path``."""
     if method == "rules":
         return RuleClassifier(labels, keyword_labels)
+    if method == "learned":
+        from flashdraft.mix.learned import LearnedClassifier
+
+        return LearnedClassifier.load(model_path, labels=labels, keyword_labels=keyword_labels,
+                                      abstain_below=abstain_below)
     if method == "embedding":
         from flashdraft.mix.embed import EmbeddingClassifier
 
         if not model_path:
             raise MixError("--method embedding needs --model PATH, a head trained with `flashdraft mix train-embed`")
         return EmbeddingClassifier.load(model_path)
-    raise MixError(f"unknown classifier method {method!r}; use 'rules' or 'embedding'")
+    raise MixError(f"unknown classifier method {method!r}; use 'learned', 'rules' or 'embedding'")
 
 
 def classify_stream(batches: Iterable[Sequence[Sample]], classifier, workers: int = 1):
     """Yield ``(batch, labels)`` for each batch, in order; with ``workers > 1`` the batches are classified
     in that many processes, at most ``2 * workers`` batches in flight (so memory stays bounded). Only the
-    rules classifier is spread over processes; the embedding model already uses every core through torch."""
-    if workers <= 1 or getattr(classifier, "method", "") != "rules":
+    rules and learned classifiers are spread over processes; the embedding model already uses every core
+    through torch."""
+    if workers <= 1 or getattr(classifier, "method", "") not in ("rules", "learned"):
         for batch in batches:
             yield batch, classifier.classify_batch(batch)
         return

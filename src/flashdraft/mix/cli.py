@@ -20,8 +20,8 @@ app = typer.Typer(help="Measure a data set's domain mix (report), plan new promp
 
 CONFIG = typer.Option(None, "--config", help="YAML file with a `mix` config (flags override it)")
 LABELS = typer.Option(None, "--labels", help="comma-separated domain label set (default: the 7 built-in domains)")
-METHOD = typer.Option(None, "--method", help="classifier: rules (default) or embedding")
-MODEL = typer.Option(None, "--model", help="trained embedding head for --method embedding")
+METHOD = typer.Option(None, "--method", help="classifier: learned (default), rules or embedding")
+MODEL = typer.Option(None, "--model", help="head file: a learned head (default: the shipped one) or an embedding head")
 WORKERS = typer.Option(None, "--workers", help="processes that classify (default 1)")
 
 
@@ -32,7 +32,7 @@ def _config(config: Optional[Path], labels: Optional[str], method: Optional[str]
 
 
 def _classifier(cfg: MixConfig):
-    return make_classifier(cfg.method, cfg.labels, cfg.keyword_labels, cfg.model)
+    return make_classifier(cfg.method, cfg.labels, cfg.keyword_labels, cfg.model, cfg.abstain_below)
 
 
 def _fail(e: Exception) -> None:

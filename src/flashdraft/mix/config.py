@@ -13,8 +13,12 @@ class MixConfig(Section):
 
     labels: list[str] = Field(default_factory=lambda: list(DEFAULT_DOMAINS),
                               description="domain label set; rules for a missing label are skipped")
-    method: str = Field("rules", description="'rules' (transparent signals) or 'embedding' (trained head)")
-    model: str | None = Field(None, description="trained embedding head (.npz) for method=embedding")
+    method: str = Field("learned", description="'learned' (linear head over signals and tokens, the default), "
+                        "'rules' (transparent signals only) or 'embedding' (sentence-embedding head)")
+    model: str | None = Field(None, description="head (.npz): a learned head (default: the shipped one) or an "
+                              "embedding head for method=embedding")
+    abstain_below: float = Field(0.0, ge=0, lt=1, description="learned: label 'other' when the top probability "
+                                 "is below this (0 = never abstain)")
     keyword_labels: dict[str, list[str]] = Field(
         default_factory=dict, description="extra labels decided by regex keywords, checked before the rules")
     examples: int = Field(5, ge=0, description="random examples per domain in the report")
@@ -32,6 +36,6 @@ class MixConfig(Section):
     @field_validator("method")
     @classmethod
     def _method(cls, v: str) -> str:
-        if v not in ("rules", "embedding"):
-            raise ValueError("method must be 'rules' or 'embedding'")
+        if v not in ("learned", "rules", "embedding"):
+            raise ValueError("method must be 'learned', 'rules' or 'embedding'")
         return v

@@ -19,6 +19,7 @@ from flashdraft.mix import signals as S
 
 TOKEN = re.compile(r"[a-zà-ÿ]+|\d|[^\w\s]{1,2}")
 ASK_CHARS, RESPONSE_CHARS = 1200, 1200
+NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")
 TURN = re.compile(r"^<\|(\w+)\|>\n", re.M)
 OBS_USER = re.compile(r"^\s*(?:Observation|OBSERVATION|Obs\b|The output of|Tool (?:result|output)|Execution|"
                       r"Output:|Result:|\[?tool_result|You (?:are in|arrive|see|pick|open)|Nothing happens)")
@@ -82,6 +83,7 @@ def format_signals(prompt: str, response: str) -> dict[str, int]:
         "code_tokens_prompt": len(S.CODE_TOKENS.findall(prompt[-ASK_CHARS:])),
         "shell_lines_response": len(S.SHELL_LINE.findall(response[:1500])),
         "accent_switch": int(_accents(prompt[-ASK_CHARS:]) != _accents(response[:RESPONSE_CHARS])),
+        "ask_numbers": len(NUMBER.findall(prompt[-ASK_CHARS:] if prompt.strip() else response[:RESPONSE_CHARS])),
         "response_chars": len(response),
         "response_lines": response.count("\n") + (1 if response else 0),
     }

@@ -8,8 +8,8 @@ Decision order:
 3. per-turn precedence (:func:`structural_label`): an action/observation loop across turns is **agent**
    (a multi-turn agent that writes code is agent, not coding); otherwise
 4. the head's most probable domain among the configured labels that have evidence
-   (:func:`evidence_gates`: translation needs two languages or a request, agent an action or an
-   observation, tool_calling a schema or a call); with ``abstain_below`` > 0, a top
+   (:func:`evidence_gates`: translation needs two languages or a request, math notation, math words
+   or numbers in the question, agent an action or an observation, tool_calling a schema or a call); with ``abstain_below`` > 0, a top
    probability under it gives **other** (calibrated abstention).
 
 The shipped head (``data/head.npz``) is trained by ``bench/mix_lofo.py`` on ``data/pool.jsonl`` and
@@ -60,17 +60,22 @@ def structural_label(sig: Mapping) -> tuple[str, str] | None:
 
 
 def evidence_gates(sig: Mapping) -> dict[str, bool]:
-    """Domains that need positive evidence before the head may choose them (coding, math and general
-    need none): translation needs a request or two languages/scripts; agent needs an action or an
-    observation; tool_calling needs a schema or a call in some syntax."""
+    """Domains that need positive evidence before the head may choose them (coding and general need
+    none): translation needs a request or two languages/scripts; math needs notation, arithmetic, math
+    words or at least two numbers in the question (a bare number answering a trivia question is not
+    math); agent needs an action or an observation; tool_calling needs a schema or a call in some syntax."""
     g = sig.get
+    codeish = g("code_fences", 0) > 0 or g("code_line_ratio", 0) >= 0.3 or g("latex_cmds", 0) >= 2 \
+        or g("arith_exprs", 0) >= 2
     return {
-        "translation": bool(g("translate_request") or g("into_language") or g("language_switch") or g("two_scripts")
-                            or g("accent_switch")
+        "translation": bool(g("translate_request") or g("into_language")) or not codeish and bool(
+                            g("language_switch") or g("two_scripts") or g("accent_switch")
                             or g("bilingual_response") or g("language_labels", 0) >= 2
                             or (g("prompt_lang") and g("response_lang") and g("prompt_lang") != g("response_lang"))
                             or g("prompt_script") != g("response_script") and "none" not in (
                                 g("prompt_script"), g("response_script"))),
+        "math": bool(g("latex_cmds") or g("arith_exprs") or g("math_words") or g("math_cjk")
+                     or g("ask_numbers", 0) >= 2),
         "agent": bool(g("observations") or g("actions") or g("observation_turns") or g("react_kinds")
                       or g("game_shell") or g("numbered_steps") or g("call_turns")),
         "tool_calling": bool(g("schema_hits") or g("call_hits") or g("tool_format") or g("response_tool_call")

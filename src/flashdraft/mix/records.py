@@ -119,21 +119,37 @@ def _iter_hf(path: Path, batch_size: int) -> Iterator[list[dict[str, Any]]]:
             yield [{k: batch[k][i] for k in keys} for i in range(n)]
 
 
+def _part_text(p: Any) -> str:
+    """Text of one content part. Anthropic ``tool_use`` blocks keep their call as JSON
+    (``{"type": "tool_use", "name", "input"}``) and ``tool_result`` blocks keep their type and content,
+    so that signals see the call and the observation."""
+    if not isinstance(p, dict):
+        return str(p)
+    kind = p.get("type")
+    if kind == "tool_use":
+        return json.dumps({"type": "tool_use", "name": p.get("name"), "input": p.get("input")}, ensure_ascii=False,
+                          default=str)
+    if kind == "tool_result":
+        inner = _content_text(p.get("content"))
+        return json.dumps({"type": "tool_result", "tool_use_id": p.get("tool_use_id")}) + "\n" + inner
+    return str(p.get("text") or p.get("content") or "")
+
+
 def _content_text(content: Any) -> str:
-    """Text of a message ``content``: a string, or a list of parts ({type: text, text})."""
+    """Text of a message ``content``: a string, or a list of parts ({type: text, text}, tool_use, tool_result)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
-        for p in content:
-            if isinstance(p, dict):
-                parts.append(str(p.get("text") or p.get("content") or ""))
-            else:
-                parts.append(str(p))
-        return "\n".join(parts)
+        return "\n".join(_part_text(p) for p in content)
     return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def _only_tool_results(content: Any) -> bool:
+    """Whether a message's content is a list of Anthropic ``tool_result`` blocks only (an observation)."""
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(p, dict) and p.get("type") == "tool_result" for p in content)
 
 
 def _render_turn(role: str, msg: dict[str, Any], text: str) -> str:
@@ -164,7 +180,9 @@ def to_sample(row: dict[str, Any], default_source: str, index: int, source_field
 
     Layouts: flashdraft generate rows (``messages`` + ``response``), ``messages`` (OpenAI style),
     ShareGPT ``conversations`` ({from, value}), ``{prompt, response|completion}``,
-    ``{instruction, input, output}``, ``{question, answer}`` and ``{text}``. A ``tools`` /
+    ``{instruction, input, output}``, ``{question, answer}`` and ``{text}``. Content may be a list of
+    parts, Anthropic ``tool_use`` / ``tool_result`` blocks included (a user turn holding only tool results
+    is read as a tool turn). A ``tools`` /
     ``functions`` field is prepended to the prompt as JSON.
     """
     source = str(row.get(source_field) or default_source)
@@ -178,7 +196,10 @@ def to_sample(row: dict[str, Any], default_source: str, index: int, source_field
                 continue
             role = str(m.get("role") or m.get("from") or "user").lower()
             role = ROLE_ALIASES.get(role, role)
-            turns.append((role, m, _content_text(m.get("content", m.get("value")))))
+            content = m.get("content", m.get("value"))
+            if role == "user" and _only_tool_results(content):
+                role = "tool"  # Anthropic: tool results arrive as a user turn
+            turns.append((role, m, _content_text(content)))
         if isinstance(row.get("response"), str):
             prompt = "\n".join(_render_turn(r, m, t) for r, m, t in turns)
             response = row["response"]

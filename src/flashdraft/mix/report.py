@@ -63,6 +63,15 @@ class Composition:
     total: int = 0
     exact_tokens: bool = True
     method: str = "rules"
+    quality: dict | None = None  # the classifier's measured accuracy and confusion (flashdraft.mix.correct)
+
+    def corrected(self) -> dict[str, dict[str, float]]:
+        """Shares corrected for the classifier's measured confusion, with 95% intervals ({} if unknown)."""
+        if not self.quality or not self.total:
+            return {}
+        from flashdraft.mix.correct import corrected_shares
+
+        return corrected_shares(self.counts(), self.quality["confusion"])
 
     def shares(self) -> dict[str, float]:
         """Share of samples per domain (all labels, zeros included)."""
@@ -73,8 +82,10 @@ class Composition:
         return {d: self.by_domain[d].count if d in self.by_domain else 0 for d in self.labels}
 
     def to_json(self) -> dict:
+        q = {k: v for k, v in (self.quality or {}).items() if k != "confusion"} or None
         return {
             "total": self.total, "labels": list(self.labels), "method": self.method,
+            "classifier": q, "corrected_shares": self.corrected(),
             "tokens": "token_ids" if self.exact_tokens else "estimated (words + punctuation; rows had no token_ids)",
             "domains": {d: self.by_domain.get(d, Tally()).as_dict(self.total) for d in self.labels},
             "sources": {src: {d: t.as_dict(sum(x.count for x in per.values())) for d, t in per.items()}
@@ -86,7 +97,9 @@ def compose(batches: Iterable[list[Sample]], classifier, examples: int = 5, seed
             workers: int = 1) -> Composition:
     """Classify every sample of ``batches`` (in ``workers`` processes) and tally it; keep ``examples``
     random samples per domain."""
-    comp = Composition(labels=tuple(classifier.labels), method=classifier.method)
+    from flashdraft.mix.correct import quality_of
+
+    comp = Composition(labels=tuple(classifier.labels), method=classifier.method, quality=quality_of(classifier))
     rng = random.Random(seed)
     seen: dict[str, int] = {}
     for batch, labels in classify_stream(batches, classifier, workers):
@@ -162,6 +175,7 @@ def render_markdown(comp: Composition, data_name: str, chart_name: str | None) -
     for d, t in j["domains"].items():
         lines.append(f"| {d} | {t['count']:,} | {t['share'] * 100:.1f}% | {t['tokens']:,} | "
                      f"{t['mean_response_tokens']:.1f} | {t['mean_response_chars']:.0f} |")
+    lines += _quality_lines(j)
     lines += ["", "## Per source", "", "| source | domain | count | share of source | tokens | mean response tokens |",
               "|---|---|---:|---:|---:|---:|"]
     for src, per in j["sources"].items():
@@ -177,6 +191,29 @@ def render_markdown(comp: Composition, data_name: str, chart_name: str | None) -
                       "```text", "PROMPT: " + ex["prompt"][:600].replace("```", "ˋˋˋ"),
                       "RESPONSE: " + ex["response"][:600].replace("```", "ˋˋˋ"), "```", ""]
     return "\n".join(lines) + "\n"
+
+
+def _quality_lines(j: dict) -> list[str]:
+    """The classifier's measured accuracy and the confusion-corrected shares with their intervals."""
+    q, cor = j.get("classifier"), j.get("corrected_shares") or {}
+    if not q:
+        return ["", f"Classifier `{j['method']}`: no measured accuracy is known for it, so the shares above are "
+                "uncorrected counts of its labels."]
+    held = f"{q['heldout_accuracy']:.3f}" if q.get("heldout_accuracy") is not None else "n/a"
+    out = ["", "## How far to trust these shares", "",
+           f"Classifier `{q['method']}`: accuracy {held} on the held-out set (`mix/data/eval_set.jsonl`); "
+           f"**leave-one-family-out accuracy {q['lofo_accuracy']:.3f}** on {q['rows']} labelled samples from "
+           f"{q['families']} families ({q['note']}); recall per domain: "
+           + ", ".join(f"{d} {r:.2f}" for d, r in q["lofo_recall"].items()) + ".", "",
+           "A share counted from labels with known confusion is not exact. The corrected share solves "
+           "label shares = confusion^T x true shares (non-negative least squares, confusion measured "
+           "leave-one-family-out); the 95% interval resamples the confusion counts and the label counts "
+           "(bootstrap, 400 draws). Domains outside the labelled pool (e.g. `other`) are treated as noise.", "",
+           "| domain | labelled share | corrected share | 95% interval |", "|---|---:|---:|---|"]
+    for d, v in cor.items():
+        out.append(f"| {d} | {v['raw'] * 100:.1f}% | {v['corrected'] * 100:.1f}% | "
+                   f"{v['low'] * 100:.1f}% - {v['high'] * 100:.1f}% |")
+    return out
 
 
 def write_report(comp: Composition, out_dir: Path, data_name: str, chart: bool = True) -> dict[str, Path]:
