@@ -67,3 +67,16 @@ def test_corrupt_parquet(tmp_path):
     p.write_bytes(b"not parquet")
     with pytest.raises(MixError, match="cannot read .*as Parquet"):
         list(iter_samples(p))
+
+
+def test_anthropic_content_blocks_are_kept():
+    row = {"messages": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Let me compute."},
+                                          {"type": "tool_use", "id": "t1", "name": "calc", "input": {"e": "2+2"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "4"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "It is 4."}]}]}
+    s = to_sample(row, "x", 0)
+    assert '"type": "tool_use"' in s.prompt and '"name": "calc"' in s.prompt  # the call is not dropped
+    assert "<|tool|>" in s.prompt and '"tool_result"' in s.prompt and "\n4" in s.prompt  # the result is a tool turn
+    assert s.response == "It is 4."

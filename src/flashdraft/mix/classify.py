@@ -142,6 +142,8 @@ class RuleClassifier:
             "language_labels": len(S.LANG_LABEL.findall(text)),
             "language_switch": int(switch),
             "two_scripts": int(bool(p_script and r_script and p_script != r_script and p_words >= 2)),
+            "prompt_script": p_script or "",
+            "response_script": r_script or "",
             "prompt_lang": p_lang or "",
             "response_lang": r_lang or "",
             "bilingual_response": int(len(resp_scripts) >= 4 and 0.15 < non_latin_share < 0.85),

@@ -19,6 +19,7 @@ from flashdraft.mix import signals as S
 
 TOKEN = re.compile(r"[a-zà-ÿ]+|\d|[^\w\s]{1,2}")
 ASK_CHARS, RESPONSE_CHARS = 1200, 1200
+MAX_TURN_CHARS = 20000  # turn evidence reads the last 20,000 characters of a conversation
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")
 TURN = re.compile(r"^<\|(\w+)\|>\n", re.M)
 OBS_USER = re.compile(r"^\s*(?:Observation|OBSERVATION|Obs\b|The output of|Tool (?:result|output)|Execution|"
@@ -40,7 +41,7 @@ def turn_evidence(prompt: str, response: str) -> dict[str, int]:
     like an environment's output, and user turns that answer an assistant action; ``call_turns`` counts
     assistant turns (the answer included) that act; ``response_acts`` says whether the answer itself acts.
     """
-    parts = TURN.split(prompt) if "<|" in prompt else [prompt]
+    parts = TURN.split(prompt[-MAX_TURN_CHARS:]) if "<|" in prompt else [prompt]
     assistant = 1 if response.strip() else 0
     obs = obs_user = calls = 0
     run = longest = 0  # observations since the last real user turn (an autonomous loop), and the longest run
@@ -71,16 +72,17 @@ def turn_evidence(prompt: str, response: str) -> dict[str, int]:
 def format_signals(prompt: str, response: str) -> dict[str, int]:
     """Counts of the format signals of :mod:`flashdraft.mix.signals` over the clipped prompt and response."""
     text = prompt + "\n" + response
+    tool_resp = len(S.TOOL_FORMAT.findall(response))
+    steps = "Thought" in text or "Action" in text or "Observation" in text or "Act " in text or "Obs " in text
     return {
-        "tool_format": len(S.TOOL_FORMAT.findall(text)),
-        "tool_format_response": len(S.TOOL_FORMAT.findall(response)),
-        "numbered_steps": len(S.NUMBERED_STEP.findall(text)),
-        "observation_lines": len(S.OBSERVATION_LINE.findall(text)),
+        "tool_format": len(S.TOOL_FORMAT.findall(prompt)) + tool_resp,
+        "tool_format_response": tool_resp,
+        "numbered_steps": len(S.NUMBERED_STEP.findall(text)) if steps else 0,
+        "observation_lines": len(S.OBSERVATION_LINE.findall(text)) if "Observation" in text else 0,
         "game_shell": len(S.GAME_SHELL.findall(text)),
         "equation_lines_response": len(S.EQUATION_LINE.findall(response)),
-        "math_cjk": len(S.MATH_CJK.findall(text)),
+        "math_cjk": len(S.MATH_CJK.findall(text)) if S.NON_LATIN.search(text) else 0,
         "code_tokens_response": len(S.CODE_TOKENS.findall(response)),
-        "code_tokens_prompt": len(S.CODE_TOKENS.findall(prompt[-ASK_CHARS:])),
         "shell_lines_response": len(S.SHELL_LINE.findall(response[:1500])),
         "accent_switch": int(_accents(prompt[-ASK_CHARS:]) != _accents(response[:RESPONSE_CHARS])),
         "ask_numbers": len(NUMBER.findall(prompt[-ASK_CHARS:] if prompt.strip() else response[:RESPONSE_CHARS])),
@@ -95,9 +97,9 @@ def _accents(text: str) -> bool:
     return n >= 2 and n * 40 >= len(text)
 
 
-def script_of(text: str) -> str:
-    name, _ = S.dominant_script(text[:600])
-    if name is None:
+def script_of(name: str | None) -> str:
+    """Coarse script name (one of SCRIPTS, or "none") of a :func:`flashdraft.mix.signals.dominant_script` name."""
+    if not name:
         return "none"
     return name if name in SCRIPTS else "other"
 

@@ -29,11 +29,13 @@ import numpy as np
 
 from flashdraft.io import atomic_write_bytes
 from flashdraft.mix import features as F
-from flashdraft.mix.classify import Label, RuleClassifier, _clip, RESPONSE_HEAD
+from flashdraft.mix.classify import Label, RuleClassifier, RESPONSE_HEAD
 from flashdraft.mix.domains import DEFAULT_DOMAINS, MixError, check_labels
 from flashdraft.mix.records import Sample
 
 DEFAULT_HEAD = Path(__file__).resolve().parent / "data" / "head.npz"
+# What the learned classifier reads (shorter than the rules alone, for speed): prompt head + tail, response head.
+PROMPT_HEAD, PROMPT_TAIL, RESPONSE_CHARS = 300, 1200, 1200
 
 
 def structural_label(sig: Mapping) -> tuple[str, str] | None:
@@ -90,15 +92,17 @@ class Analyzer:
         self.rules = RuleClassifier(DEFAULT_DOMAINS)
 
     def __call__(self, s: Sample) -> tuple[Label, dict, list[str]]:
-        label, sig = self.rules.analyze(s.prompt, s.response)
-        prompt, response = _clip(s.prompt or ""), (s.response or "")[:RESPONSE_HEAD]
-        langs = {k: sig.get(k, "") for k in ("prompt_lang", "response_lang")}
+        prompt, response = s.prompt or "", (s.response or "")[:RESPONSE_CHARS]
+        if len(prompt) > PROMPT_HEAD + PROMPT_TAIL:
+            prompt = prompt[:PROMPT_HEAD] + "\n" + prompt[-PROMPT_TAIL:]
+        label, sig = self.rules.analyze(prompt, response)
+        langs = {k: sig.get(k, "") for k in ("prompt_lang", "response_lang", "prompt_script", "response_script")}
         sig = {k: v for k, v in sig.items() if isinstance(v, (int, float))}
         sig.update(langs)
         sig.update(F.format_signals(prompt, response))
-        sig.update(F.turn_evidence(s.prompt or "", s.response or ""))
-        sig["prompt_script"] = F.script_of(prompt[-F.ASK_CHARS:])
-        sig["response_script"] = F.script_of(response)
+        sig.update(F.turn_evidence(s.prompt or "", response))
+        sig["prompt_script"] = F.script_of(sig.get("prompt_script"))
+        sig["response_script"] = F.script_of(sig.get("response_script"))
         sig["rule_domain"] = label.domain
         return label, sig, F.tokens(prompt, response)
 
@@ -121,23 +125,26 @@ def vectorize(items: Sequence[tuple[dict, list[str]]], index: Mapping[str, int])
     """Sparse CSR matrix (n, len(index)) of numeric features and log1p token counts."""
     from scipy.sparse import csr_matrix
 
-    indptr, cols, vals = [0], [], []
     get = index.get
-    for num, toks in items:
-        row: dict[int, float] = {}
+    n_rows, dim = len(items), len(index)
+    nr, nc, nv, tr, tc = [], [], [], [], []
+    for r, (num, toks) in enumerate(items):
         for k, v in num.items():
             j = get(k)
             if j is not None:
-                row[j] = v
-        for t, c in Counter(toks).items():
-            j = get(t)
-            if j is not None:
-                row[j] = float(np.log1p(c))
-        cols.extend(row)
-        vals.extend(row.values())
-        indptr.append(len(cols))
-    return csr_matrix((np.asarray(vals, dtype=np.float64), np.asarray(cols, dtype=np.int64), np.asarray(indptr)),
-                      shape=(len(items), len(index)))
+                nr.append(r)
+                nc.append(j)
+                nv.append(v)
+        js = [j for j in map(get, toks) if j is not None]
+        tc.extend(js)
+        tr.extend([r] * len(js))
+    tok = csr_matrix((np.ones(len(tc)), (np.asarray(tr, dtype=np.int64), np.asarray(tc, dtype=np.int64))),
+                     shape=(n_rows, dim))  # duplicates summed: token counts
+    tok.sum_duplicates()
+    tok.data = np.log1p(tok.data)
+    num = csr_matrix((np.asarray(nv, dtype=np.float64), (np.asarray(nr, dtype=np.int64),
+                                                         np.asarray(nc, dtype=np.int64))), shape=(n_rows, dim))
+    return (tok + num).tocsr()
 
 
 class LearnedClassifier:
@@ -161,6 +168,7 @@ class LearnedClassifier:
         self.analyzer = Analyzer()
         self._allowed = np.array([c in self.labels for c in self.classes])
         self._col = {c: j for j, c in enumerate(self.classes)}
+        self._wmean = self.w.mean(1) if self.w.size else self.w.sum(1)
         if not self._allowed.any():
             raise MixError(f"none of the head's domains {list(self.classes)} is in the label set {list(self.labels)}; "
                            "add one of them to --labels or use --method rules")
@@ -225,16 +233,16 @@ class LearnedClassifier:
             p = np.exp(logits - logits.max(1, keepdims=True))
             p /= p.sum(1, keepdims=True)
             for r, i in enumerate(todo):
-                out[i] = self._label(p[r], x.getrow(r), sigs[r])
+                a, z = x.indptr[r], x.indptr[r + 1]
+                out[i] = self._label(p[r], x.indices[a:z], x.data[a:z], sigs[r])
         return out  # type: ignore[return-value]
 
-    def _label(self, p: np.ndarray, xrow, sig: dict) -> Label:
+    def _label(self, p: np.ndarray, cols: np.ndarray, vals: np.ndarray, sig: dict) -> Label:
         order = np.argsort(-p)
         c = int(order[0])
         ev: dict = {f"p_{self.classes[j]}": round(float(p[j]), 3) for j in order[:2]}
-        cols, vals = xrow.indices, xrow.data
         if len(cols):
-            contrib = vals * (self.w[cols, c] - self.w[cols].mean(1))
+            contrib = vals * (self.w[cols, c] - self._wmean[cols])
             top = np.argsort(-contrib)[:4]
             ev["evidence"] = ", ".join(f"{self.names[cols[k]]} {contrib[k]:+.2f}" for k in top if contrib[k] > 0)
         ev["rule_domain"] = sig.get("rule_domain", "")

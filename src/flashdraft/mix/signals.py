@@ -213,10 +213,10 @@ GAME_SHELL = re.compile(r"^> [a-z]+\b|The output of the OS|^Observation\s*:|You 
 EQUATION_LINE = re.compile(r"^\s*(?:[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-z]\))?\s*=\s*[-+*/^().\w\s]{1,40}|[-+]?\d[\d,.]*"
                            r"(?:\s*\(?[a-z ]{1,20}\)?)?|[-+*/().\d\s]+=\s*[-\d.]+)\s*$", re.M)
 # Math words of other scripts (Chinese/Japanese word problems, equations named in Russian).
-MATH_CJK = re.compile(r"多少|几[个只本元天]|平均|面积|周长|方程|一共|[求解]得?[:：]?\s*x|千克|公里|百分之|%|分数|"
-                      r"比例|速度|计算|答案|何個|いくつ|いくら|сколько|уравнени")
-CODE_TOKENS = re.compile(r"[{};]\s*$|=>|->|::|\bfn\b|\bfunc\b|\bdef\b|\bclass\b|\breturn\b|\bimpl\b|\bpub\b|"
-                         r"\bSELECT\b|\bFROM\b|\bWHERE\b|\|\s*(?:grep|xargs|sort|wc)\b|\bfind \.|\bawk\b|\bsed\b", re.M)
+MATH_CJK = re.compile(r"多少|几[个只本元天]|平均|面积|周长|方程|一共|[求解]得?[:：]?\s*x|千克|公里|百分之|分数|"
+                      r"比例|速度|计算|答案|何個|いくつ|いくら|сколько|уравнени")  # run only on text with non-Latin letters
+CODE_TOKENS = re.compile(r"[{};][ \t]*$|=>|->|::|\b(?:fn|func|def|class|return|impl|pub|SELECT|FROM|WHERE|awk|sed)\b|"
+                         r"\|[ \t]*(?:grep|xargs|sort|wc)\b|\bfind \.", re.M)
 # A shell command with flags or a pipe, the way one-liners are written ("find . -name x | xargs rm").
-SHELL_LINE = re.compile(r"^\s*(?:sudo\s+)?[a-z][\w.-]*(?:\s+[^\s|;]+)*?\s+-{1,2}[a-zA-Z][\w-]*|\|\s*[a-z][\w-]*\s", re.M)
+SHELL_LINE = re.compile(r"^[ \t]*[a-z][\w.-]*(?: [^ \n|;]+)*? --?[a-zA-Z]|\| ?[a-z][\w-]* ", re.M)
 ACCENTED = re.compile(r"[À-ɏ]")
