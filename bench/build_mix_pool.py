@@ -9,7 +9,7 @@ PROMPT_MAX / RESPONSE_MAX characters.
 Inputs: bare git mirrors of the repositories below under ``--mirrors`` (``<owner>+<name>/repo``),
 read with ``git show``; nothing is downloaded by this script.
 
-    python bench/build_mix_pool.py --mirrors /work/.mirror
+    python bench/build_mix_pool.py --mirrors MIRRORS_DIR
 
 Families (domain: family <- repository):
   math:        cmath, olympiadbench, college-math, cn-middle-school, gaokao-math-qa, carp-en, mawps,

@@ -27,8 +27,8 @@ BARS = {"coding": 0.9, "math": 0.9, "tool_calling": 0.9, "translation": 0.9, "ge
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", type=Path, default=DEFAULT_SET)
-    ap.add_argument("--method", default="rules")
-    ap.add_argument("--model", default=None, help="trained embedding head (for --method embedding)")
+    ap.add_argument("--method", default="learned", help="learned (default), rules or embedding")
+    ap.add_argument("--model", default=None, help="head file (learned: default the shipped one; embedding: required)")
     ap.add_argument("--n-speed", type=int, default=20000)
     ap.add_argument("--errors", type=int, default=0, help="print up to N misclassified rows per class")
     a = ap.parse_args()
