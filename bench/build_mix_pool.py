@@ -24,16 +24,15 @@ Families (domain: family <- repository):
   tool_calling: hermes-fc <- NousResearch/Hermes-Function-Calling; functionary <- MeetKai/functionary;
                llama-prompt-format <- meta-llama/llama-models; mistral-common <- mistralai/mistral-common;
                mcp-spec <- modelcontextprotocol/modelcontextprotocol; anthropic-cookbook <- anthropics/anthropic-cookbook;
-               toolalpaca <- tangqiaoyu/ToolAlpaca; bfcl-multiple (BFCL v4 live_multiple) <- ShishirPatil/gorilla
+               toolalpaca <- tangqiaoyu/ToolAlpaca
   agent:       react-prompts <- ysymyth/ReAct; reflexion <- noahshinn/reflexion; fireact <- anchen1011/FireAct;
-               webarena <- web-arena-x/webarena; toolbench <- OpenBMB/ToolBench; mint <- xingyaoww/mint-bench;
-               agentbench-os <- THUDM/AgentBench
+               webarena <- web-arena-x/webarena; toolbench <- OpenBMB/ToolBench; mint <- xingyaoww/mint-bench
   translation: ntrex <- MicrosoftTranslator/NTREX; wmt22 <- wmt-conference/wmt22-news-systems;
                git-po <- git-l10n/git-po; sphinx-po <- sphinx-doc/sphinx; excalidraw <- excalidraw/excalidraw;
                anki-ftl <- ankitects/anki-core-i18n; keepassxc-ts <- keepassxreboot/keepassxc
 
 The families of the older dev set (HumanEval, GSM8K, BFCL, SWE-agent, Django catalogs, package READMEs,
-docstrings) are added by the evaluation from ``dev_set.jsonl`` (see bench/mix_lofo.py). Translation rows
+docstrings, agent prompt files of langchain/smolagents) are added by the evaluation from ``dev_set.jsonl`` (see bench/mix_lofo.py). Translation rows
 wrap a real source/target pair: a bare pair (source as prompt, translation as response) or one of the
 request templates of bench/build_mix_eval_set.py, named in ``origin``.
 """

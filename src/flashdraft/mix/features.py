@@ -104,12 +104,20 @@ def script_of(name: str | None) -> str:
     return name if name in SCRIPTS else "other"
 
 
+_NAMES: dict[str, tuple[str, bool]] = {}  # signal -> (feature name, log-scaled?)
+
+
 def numeric_features(sig: dict) -> dict[str, float]:
     """Named numeric features from a merged signal dict: counts log-scaled, ratios kept, scripts one-hot."""
     out: dict[str, float] = {}
+    log1p = math.log1p
     for k, v in sig.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out["n:" + k] = math.log1p(v) if v >= 0 and not k.endswith(("ratio", "share")) else float(v)
+        if v.__class__ is int or v.__class__ is float:
+            spec = _NAMES.get(k)
+            if spec is None:
+                spec = _NAMES[k] = ("n:" + k, not k.endswith(("ratio", "share")))
+            if v:
+                out[spec[0]] = log1p(v) if spec[1] and v > 0 else float(v)
     ps, rs = sig.get("prompt_script", "none"), sig.get("response_script", "none")
     out[f"s:pair={ps}>{rs}"] = 1.0  # pairs, not sides: "cjk>cjk" is a Chinese chat, "latin>cjk" a translation
     out["s:same_script"] = float(ps == rs)
