@@ -271,6 +271,13 @@ def tree_mixers(target, cache: HybridCache, parents: list[int]):
             mod.__dict__.pop("forward", None)
 
 
+def check_root_path(parents: list[int], keep: list[int]) -> None:
+    """Refuse kept nodes that are not a path from the root: no single recurrent state fits them."""
+    for j, node in enumerate(keep):
+        if not 0 <= node < len(parents) or parents[node] != (keep[j - 1] if j else -1):
+            raise RecurrentError(f"kept nodes {keep} are not a root path of the verified tree (parents {parents})")
+
+
 def commit(cache: HybridCache, keep: list[int]) -> None:
     """Make the recurrent state the one reached along ``keep`` (a root path of the last tree forward):
     the conv window and recurrent state stored at its last node. An empty ``keep`` keeps the state
@@ -282,10 +289,7 @@ def commit(cache: HybridCache, keep: list[int]) -> None:
                 "tree_parents=... so the state can follow the accepted path"
             )
         return
-    parents = cache.pending_parents
-    for j, node in enumerate(keep):
-        if not 0 <= node < len(parents) or parents[node] != (keep[j - 1] if j else -1):
-            raise RecurrentError(f"kept nodes {keep} are not a root path of the verified tree (parents {parents})")
+    check_root_path(cache.pending_parents, keep)
     if keep:
         last = keep[-1]
         for i, (windows, states) in cache.pending.items():
