@@ -171,3 +171,26 @@ def compact_cache(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> Non
             sel = t.index_select(2, idx)
             t[:, :, past_len : past_len + m] = sel
             setattr(layer, name, t[:, :, : past_len + m])
+
+
+@torch.no_grad()
+def documentwise_forward(target: Target, ids: torch.Tensor, doc: torch.Tensor, pos: torch.Tensor, layer_ids: list[int]):
+    """The target over packed rows with every document run on its own: a hybrid's recurrent layers
+    have no mask, so documents sharing a row would leak into each other's state.
+
+    ids, doc (document id per token, -1 = padding), pos: [b, T]. Each document's tokens are contiguous.
+    Returns (features [b, T, len(layer_ids) * hidden], final-normed hidden [b, T, hidden]); padding rows are 0.
+    """
+    b, T = ids.shape
+    features = torch.zeros(b, T, len(layer_ids) * target.hidden_size, dtype=target.dtype, device=ids.device)
+    final = torch.zeros(b, T, target.hidden_size, dtype=target.dtype, device=ids.device)
+    for r in range(b):
+        for d in doc[r].unique().tolist():
+            if d < 0:
+                continue
+            sel = (doc[r] == d).nonzero()[:, 0]  # [n] token indices of this document
+            with capture_layer_outputs(target, layer_ids) as feats:
+                out = target.model.get_decoder()(input_ids=ids[r, sel][None], position_ids=pos[r, sel][None], use_cache=False)
+            features[r, sel] = torch.cat([f[0] for f in feats], dim=-1)
+            final[r, sel] = out.last_hidden_state[0]
+    return features, final
