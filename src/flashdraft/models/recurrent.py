@@ -49,6 +49,8 @@ class TreeLayout:
     parents: list[int]
     levels: list[torch.Tensor] = field(default_factory=list)
     _conv_index: dict[int, torch.Tensor] = field(default_factory=dict)
+    _parent_index: torch.Tensor | None = None
+    _offsets: torch.Tensor | None = None
 
     @classmethod
     def from_parents(cls, parents: list[int], device=None) -> "TreeLayout":
@@ -75,7 +77,26 @@ class TreeLayout:
         return self._conv_index[width]
 
     def parent_index(self, device=None) -> torch.Tensor:
-        return torch.tensor(self.parents, dtype=torch.long, device=device)
+        if self._parent_index is None:
+            self._parent_index = torch.tensor(self.parents, dtype=torch.long, device=device)
+        return self._parent_index
+
+    def offsets(self, device=None) -> torch.Tensor:
+        """[n] index of each node within its depth level (-> gathers from one level's states)."""
+        if self._offsets is None:
+            off = [0] * len(self.parents)
+            for level in self.levels:
+                for k, node in enumerate(level.tolist()):
+                    off[node] = k
+            self._offsets = torch.tensor(off, dtype=torch.long, device=device)
+        return self._offsets
+
+    def place(self, node: int) -> tuple[int, int]:
+        """(depth, index within the depth level) of ``node``."""
+        d, j = 0, node
+        while self.parents[j] >= 0:
+            d, j = d + 1, self.parents[j]
+        return d, int(self.offsets()[node])
 
 
 def tree_conv(x: torch.Tensor, committed: torch.Tensor, layout: TreeLayout, weight: torch.Tensor, bias, act: str | None):
@@ -95,18 +116,38 @@ def tree_conv(x: torch.Tensor, committed: torch.Tensor, layout: TreeLayout, weig
 
 def tree_scan(step: Callable, committed: torch.Tensor, layout: TreeLayout, n: int):
     """Run ``step(states [w, ...], nodes [w]) -> (outputs [w, ...], new states [w, ...])`` depth by depth,
-    each node starting from its parent's state. Returns (outputs [n, ...], states [n, ...])."""
-    par = layout.parent_index(committed.device)
-    states = outs = None
-    for level in layout.levels:
-        p = par[level]
-        init = committed.expand(len(level), *committed.shape[1:]).clone() if int(p[0]) < 0 else states[p]
+    each node starting from its parent's state.
+
+    Returns (outputs [n, ...], :class:`LevelStates`): states stay in one tensor per depth (a parent
+    gather reads the previous level only; nothing is scattered into an [n, ...] buffer).
+    """
+    outs = None
+    levels: list[torch.Tensor] = []
+    for d, level in enumerate(layout.levels):
+        if d == 0:
+            init = committed.expand(len(level), *committed.shape[1:]).clone()
+        else:
+            init = levels[-1].index_select(0, layout.offsets(committed.device)[layout.parent_index(committed.device)[level]])
         out, new = step(init, level)
-        if states is None:
-            states = torch.empty((n, *new.shape[1:]), dtype=new.dtype, device=new.device)
+        levels.append(new)
+        if outs is None:
             outs = torch.empty((n, *out.shape[1:]), dtype=out.dtype, device=out.device)
-        states[level], outs[level] = new.to(states.dtype), out
-    return outs, states
+        outs[level] = out
+    return outs, LevelStates(levels, layout)
+
+
+@dataclass
+class LevelStates:
+    """Per-node recurrent states of a tree, stored per depth: ``levels[d][k]`` is the state after the
+    k-th node of depth d."""
+
+    levels: list[torch.Tensor]
+    layout: TreeLayout
+
+    def __getitem__(self, node: int) -> torch.Tensor:
+        """State after ``node`` -> [1, ...]."""
+        d, k = self.layout.place(node)
+        return self.levels[d][k : k + 1]
 
 
 def _modeling(mod: nn.Module):
@@ -116,7 +157,7 @@ def _modeling(mod: nn.Module):
 
 def gated_deltanet_tree(mod: nn.Module, x: torch.Tensor, conv: torch.Tensor, state: torch.Tensor, layout: TreeLayout):
     """Qwen3.5 gated DeltaNet over a tree. x: [1, n, d]; conv: [C, K]; state: [1, Hv, dk, dv].
-    Returns (output [1, n, d], node conv windows [n, C, K], node states [n, Hv, dk, dv])."""
+    Returns (output [1, n, d], node conv windows [n, C, K], node states (:class:`LevelStates` of [Hv, dk, dv]))."""
     fn = _modeling(mod).torch_recurrent_gated_delta_rule
     n = x.shape[1]
     qkv, windows = tree_conv(mod.in_proj_qkv(x)[0], conv, layout, mod.conv1d.weight[:, 0], mod.conv1d.bias, mod.activation)
@@ -142,7 +183,7 @@ def gated_deltanet_tree(mod: nn.Module, x: torch.Tensor, conv: torch.Tensor, sta
 
 def mamba2_tree(mod: nn.Module, x: torch.Tensor, conv: torch.Tensor, state: torch.Tensor, layout: TreeLayout):
     """Nemotron-H Mamba-2 mixer over a tree. x: [1, n, d]; conv: [C, K]; state: [1, H, P, N].
-    Returns (output [1, n, d], node conv windows [n, C, K], node states [n, H, P, N])."""
+    Returns (output [1, n, d], node conv windows [n, C, K], node states (:class:`LevelStates` of [H, P, N]))."""
     fn = _modeling(mod).mamba2_selective_state_update
     n, H, P, N, G = x.shape[1], mod.num_heads, mod.head_dim, mod.ssm_state_size, mod.n_groups
     gate, xbc, dt = mod.in_proj(x)[0].split([mod.intermediate_size, mod.conv_dim, H], dim=-1)
@@ -295,7 +336,7 @@ def commit(cache: HybridCache, keep: list[int]) -> None:
         for i, (windows, states) in cache.pending.items():
             layer = cache.layers[i]
             layer.conv_states[0] = windows[last : last + 1].clone()  # [1, C, K]
-            layer.recurrent_states[0] = states[last : last + 1].clone()
+            layer.recurrent_states[0] = states[last].clone()
     cache.pending, cache.pending_parents = {}, None
 
 
