@@ -45,6 +45,7 @@ class MixerTimer:
     def __exit__(self, *exc):
         for h in self._handles:
             h.remove()
+        self._handles = []
 
 
 def median_ms(fn, repeats: int, warmup: int) -> float:
@@ -75,7 +76,10 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
     head_rows = head_rows or sorted({1, (depth + 1) // 2, depth + 1})  # the walk scores the spine: 1 .. depth + 1 rows
 
     def tree_of(n_nodes: int):
-        lp = torch.log_softmax(torch.randn(depth, vocab, generator=g), -1)  # [L, V] random marginals
+        logits = torch.randn(depth, vocab, generator=g)  # [L, V] random marginals
+        if hybrid:  # a confident spine: trees reach the drafter's depth, the recurrent layers' sequential steps
+            logits[torch.arange(depth), torch.randint(0, vocab, (depth,), generator=g)] += 9.0
+        lp = torch.log_softmax(logits, -1)
         return best_first_tree(int(ctx[-1]), lp, n_nodes) if n_nodes > 0 else chain_tree(int(ctx[-1]), [])
 
     body, recurrent = {}, {}
