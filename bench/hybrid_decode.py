@@ -101,9 +101,10 @@ def main() -> None:
     for name, rows in table.items():
         if name == "dense qwen3":
             continue
-        ratios = ", ".join(
-            f"B={b}: {rows[f'lookup/ddtree@{b}']['stage_ms_per_round']['verify'] / dense[f'lookup/ddtree@{b}']['stage_ms_per_round']['verify']:.2f}x"
-            for b in args.budgets)
+        def verify_ms(rows, b):
+            return rows[f"lookup/ddtree@{b}"]["stage_ms_per_round"]["verify"]
+
+        ratios = ", ".join(f"B={b}: {verify_ms(rows, b) / verify_ms(dense, b):.2f}x" for b in args.budgets)
         print(f"verify ms per round, {name} / dense: {ratios}")
 
 

@@ -132,9 +132,8 @@ def main() -> None:
                   f"{r['exact_ms'] / dense[B]['exact_ms']:>8.2f} {ratio_io:>11}")
     for name, rows in results.items():
         if "in_order_ms" in next(iter(rows.values())):
-            extra = ", ".join(f"B={B}: {r['exact_ms'] - r['in_order_ms']:+.2f} ms "
-                              f"({r['exact_ms'] / r['in_order_ms']:.2f}x in-order, {r['exact_ms'] / dense[B]['exact_ms']:.2f}x dense)"
-                              for B, r in rows.items())
+            extra = ", ".join(f"B={B}: {r['exact_ms'] - r['in_order_ms']:+.2f} ms ({r['exact_ms'] / r['in_order_ms']:.2f}x "
+                              f"in-order, {r['exact_ms'] / dense[B]['exact_ms']:.2f}x dense)" for B, r in rows.items())
             print(f"exact recurrent handling, {name}: {extra}")
 
 

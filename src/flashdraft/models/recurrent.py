@@ -223,7 +223,9 @@ FAMILIES: dict[str, RecurrentFamily] = {
 }
 """Hybrid families with exact tree verification, by the text config's ``model_type``."""
 
-KNOWN_UNSUPPORTED = ("qwen3_next", "falcon_h1", "granitemoehybrid", "jamba", "bamba", "zamba2", "lfm2", "falcon_mamba", "mamba2", "mamba")
+KNOWN_UNSUPPORTED = (
+    "qwen3_next", "falcon_h1", "granitemoehybrid", "jamba", "bamba", "zamba2", "lfm2", "falcon_mamba", "mamba2", "mamba",
+)
 
 
 def text_config(config):
@@ -237,7 +239,8 @@ def recurrent_family(config) -> RecurrentFamily | None:
     mt = getattr(cfg, "model_type", "")
     if mt in FAMILIES:
         return FAMILIES[mt]
-    if mt in KNOWN_UNSUPPORTED or any(t in ("linear_attention", "mamba", "conv") for t in (getattr(cfg, "layer_types", None) or [])):
+    types = getattr(cfg, "layer_types", None) or []
+    if mt in KNOWN_UNSUPPORTED or any(t in ("linear_attention", "mamba", "conv") for t in types):
         raise RecurrentError(
             f"target family {mt!r} has recurrent layers but no exact tree verification in flashdraft yet "
             f"(supported hybrids: {', '.join(sorted(FAMILIES))}); use one of those or a pure-attention target"
