@@ -154,3 +154,27 @@ def test_unsupported_recurrent_family_is_named():
     cfg = FalconH1Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
     with pytest.raises(RecurrentError, match="falcon_h1.*supported hybrids"):
         recurrent.recurrent_family(cfg)
+
+
+def test_qwen3_5_moe_hybrid_is_lossless():
+    """The MoE variant registers the same gated-DeltaNet tree path: check it on a tiny random model."""
+    from transformers import AutoModelForCausalLM, Qwen3_5MoeTextConfig
+
+    from flashdraft.models.target import wrap_model
+
+    cfg = Qwen3_5MoeTextConfig(
+        vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"], num_hidden_layers=4,
+        linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+        linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+        shared_expert_intermediate_size=16, initializer_range=0.3, tie_word_embeddings=False, eos_token_id=None,
+        bos_token_id=None, pad_token_id=None,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        target = wrap_model(AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32), name="moe")
+    p = random_prompts(1, 16, seed=1)[0]
+    ref = hf_greedy(target, p, 24)
+    for method, budget in [("dflash", None), ("ddtree", 16)]:
+        got = build_decoder(method, target, ScriptedDrafter(VOCAB, len(p), ref, 8, 3), budget=budget).generate(p, 24).tokens
+        assert_same_tokens(target, p, got, ref, f"qwen3_5_moe/{method}")
