@@ -1,9 +1,9 @@
-"""Tiny randomly initialised targets (Qwen3, Gemma3, Llama) and an oracle drafter for tests."""
+"""Tiny randomly initialised targets (Qwen3, Gemma3, Llama; hybrids Qwen3.5 and Nemotron-H) and an oracle drafter for tests."""
 
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen3Config
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, NemotronHConfig, Qwen3_5TextConfig, Qwen3Config
 
 from flashdraft.models.target import Target, wrap_model
 
@@ -31,11 +31,58 @@ def tiny_config(family: str, **kw):
     raise ValueError(family)
 
 
+HYBRIDS = ("qwen3_5", "nemotron_h")
+"""Tiny hybrid families: gated DeltaNet + attention (Qwen3.5) and Mamba-2 + attention + MLP (Nemotron-H)."""
+
+
+def tiny_hybrid_config(family: str, **kw):
+    """Same width as :func:`tiny_config` (hidden 32, 4 heads of 8): recurrent layers around attention."""
+    common = dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, max_position_embeddings=1024, eos_token_id=None, bos_token_id=None, pad_token_id=None,
+        initializer_range=0.3, tie_word_embeddings=False,
+    )
+    if family == "qwen3_5":
+        common.update(
+            layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention", "linear_attention", "full_attention"],
+            linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+            linear_num_value_heads=4,
+        )
+        common.update(kw)
+        common["num_hidden_layers"] = len(common["layer_types"])
+        return Qwen3_5TextConfig(**common)
+    if family == "nemotron_h":
+        # time_step_min is also the dt clamp of the chunked scan (not of the cached step): keep it out of reach
+        common.update(
+            layers_block_type=["linear_attention", "mlp", "full_attention", "linear_attention", "mlp", "linear_attention"],
+            ssm_state_size=8, mamba_num_heads=4, mamba_head_dim=8, n_groups=2, conv_kernel=4, chunk_size=16,
+            time_step_min=1e-6, time_step_floor=1e-6,
+        )
+        common.update(kw)
+        return NemotronHConfig(**common)
+    raise ValueError(family)
+
+
 def tiny_target(family: str = "qwen3", seed: int = 0, **kw) -> Target:
     cfg = tiny_config(family, **kw)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+    return wrap_model(model, None, name=f"tiny-{family}")
+
+
+@torch.no_grad()
+def tiny_hybrid(family: str = "qwen3_5", seed: int = 0, **kw) -> Target:
+    """A tiny random hybrid target (see :data:`HYBRIDS`)."""
+    cfg = tiny_hybrid_config(family, **kw)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+        if family == "nemotron_h":  # dt = softplus(.. + dt_bias) around [0.05, 0.5]: the SSM state weighs in the outputs
+            for layer in model.model.layers:
+                if layer.block_type == "linear_attention":
+                    dt = torch.empty_like(layer.mixer.dt_bias).uniform_(0.05, 0.5)
+                    layer.mixer.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
     return wrap_model(model, None, name=f"tiny-{family}")
 
 

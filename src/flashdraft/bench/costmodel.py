@@ -81,12 +81,28 @@ class MeasuredCosts(_Strict):
     draft_block: int = Field(16, ge=1, description="tokens in the drafter pass (block size)")
     tree_build_ms: dict[int, float] = Field(default_factory=dict, description="host tree build + mask vs drafted nodes")
     commit_ms: float = Field(0.0, ge=0, description="KV compaction + bookkeeping per round")
+    recurrent_ms: dict[int, float] = Field(
+        default_factory=dict,
+        description="hybrid targets: part of body_ms spent in the recurrent layers (exact per-node states) vs tree nodes",
+    )
+    recurrent_state_bytes: int = Field(0, ge=0, description="hybrid targets: recurrent state bytes kept per tree node")
 
     def body(self, tokens: float) -> float:
         return interp(self.body_ms, tokens)
 
     def head(self, rows: float) -> float:
         return interp(self.head_ms, rows) if self.head_ms else 0.0
+
+    def recurrent(self, nodes: float) -> float:
+        """Recurrent-layer share of the body at ``nodes`` tree nodes (0 for pure-attention targets)."""
+        return interp(self.recurrent_ms, nodes) if self.recurrent_ms else 0.0
+
+    def recurrent_per_node(self) -> float:
+        """Marginal ms per extra tree node in the recurrent layers (slope over the measured sizes)."""
+        if len(self.recurrent_ms) < 2:
+            return 0.0
+        xs = sorted(self.recurrent_ms)
+        return (self.recurrent_ms[xs[-1]] - self.recurrent_ms[xs[0]]) / (xs[-1] - xs[0])
 
     def draft(self, bs: int) -> float:
         """Drafter time at batch bs: batch-1 time scaled like the target body over bs x block tokens."""

@@ -3,6 +3,11 @@
 Times (median after warm-up, batch 1, on a warm KV cache of ``context`` tokens): the target body over
 n tokens (tree mask), the LM head over m rows, one drafter pass, the host tree build + mask per
 budget, and one KV compaction. Returns a :class:`MeasuredCosts`.
+
+Hybrid targets are profiled through their exact tree path (each node's recurrent state from its
+parent's), so ``body_ms`` already prices the recurrent layers per tree size; ``recurrent_ms`` is the
+part of it spent inside the recurrent mixers (timed with module hooks) and ``recurrent_state_bytes``
+what one tree node's states take.
 """
 
 from __future__ import annotations
@@ -15,6 +20,32 @@ import torch
 from flashdraft.bench.costmodel import MeasuredCosts
 from flashdraft.decode.tree import best_first_tree, chain_tree
 from flashdraft.models.forward import compact_cache, lm_logits, new_cache, target_forward
+from flashdraft.models.recurrent import recurrent_family, recurrent_layer_ids, recurrent_state_bytes
+
+
+class MixerTimer:
+    """Wall time spent inside the recurrent mixers of a hybrid target (forward pre/post hooks)."""
+
+    def __init__(self, target):
+        fam = recurrent_family(target.config)
+        self.mods = [fam.mixer(target.decoder_layers[i]) for i in recurrent_layer_ids(target.config)] if fam else []
+        self.seconds, self._t0, self._handles = 0.0, 0.0, []
+
+    def __enter__(self):
+        def pre(*_):
+            self._t0 = time.perf_counter()
+
+        def post(*_):
+            self.seconds += time.perf_counter() - self._t0
+
+        for m in self.mods:
+            self._handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
 
 
 def median_ms(fn, repeats: int, warmup: int) -> float:
@@ -35,7 +66,8 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
     """Measure the per-round costs of ``target`` (and ``drafter``) at batch 1 -> :class:`MeasuredCosts`."""
     g = torch.Generator().manual_seed(seed)
     dev, vocab = target.device, target.vocab_size
-    cache = new_cache()
+    cache = new_cache(target)
+    hybrid = recurrent_family(target.config) is not None
     ctx = torch.randint(0, vocab, (context,), generator=g, device=dev)
     _, feats = target_forward(target, cache, ctx, torch.arange(context, device=dev),
                               torch.ones(context, context, dtype=torch.bool, device=dev).tril(),
@@ -44,21 +76,34 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
     head_rows = head_rows or sorted({1, (depth + 1) // 2, depth + 1})  # the walk scores the spine: 1 .. depth + 1 rows
 
     def tree_of(n_nodes: int):
-        lp = torch.log_softmax(torch.randn(depth, vocab, generator=g), -1)  # [L, V] random marginals
+        logits = torch.randn(depth, vocab, generator=g)  # [L, V] random marginals
+        if hybrid:  # a confident spine: trees reach the drafter's depth, the recurrent layers' sequential steps
+            logits[torch.arange(depth), torch.randint(0, vocab, (depth,), generator=g)] += 9.0
+        lp = torch.log_softmax(logits, -1)
         return best_first_tree(int(ctx[-1]), lp, n_nodes) if n_nodes > 0 else chain_tree(int(ctx[-1]), [])
 
-    body = {}
+    body, recurrent = {}, {}
     for n in sizes:
         tr = tree_of(n - 1)
         ids = torch.tensor(tr.tokens, device=dev)
         pos = context + torch.tensor(tr.depths, device=dev)
         vis = tr.visibility(dev)
 
-        def verify():
-            target_forward(target, cache, ids, pos, vis)
+        def verify(tr=tr, ids=ids, pos=pos, vis=vis):
+            target_forward(target, cache, ids, pos, vis, tree_parents=tr.parents)
             compact_cache(cache, context, torch.arange(0, device=dev))  # back to the warm context
 
         body[len(tr)] = median_ms(verify, repeats, warmup)
+        if hybrid:
+            with MixerTimer(target) as mt:
+                verify()
+            times = []
+            for _ in range(repeats):
+                mt.seconds = 0.0
+                with mt:
+                    verify()
+                times.append(mt.seconds)
+            recurrent[len(tr)] = statistics.median(times) * 1e3
 
     hidden = torch.randn(max(head_rows), target.hidden_size, generator=g).to(dev, target.dtype)
     head = {m: median_ms(lambda m=m: lm_logits(target, hidden[:m]), repeats, warmup) for m in head_rows}
@@ -72,13 +117,24 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
     ids, pos = torch.tensor(tr.tokens, device=dev), context + torch.tensor(tr.depths, device=dev)
     vis = tr.visibility(dev)
 
+    spine = torch.tensor(tr.spine()[:4], device=dev)  # a root path: what a walk accepts
+
     def commit():
-        target_forward(target, cache, ids, pos, vis)
+        target_forward(target, cache, ids, pos, vis, tree_parents=tr.parents)
         t0 = time.perf_counter()
-        compact_cache(cache, context, torch.arange(0, 4, device=dev))
+        compact_cache(cache, context, spine)
         dt = time.perf_counter() - t0
         compact_cache(cache, context, torch.arange(0, device=dev))
+        if hybrid:  # the accepted path's state was committed: restore the warm context's state
+            restore()
         return dt
+
+    snapshot = {i: (cache.layers[i].conv_states[0].clone(), cache.layers[i].recurrent_states[0].clone())
+                for i in getattr(cache, "recurrent_ids", [])}
+
+    def restore():
+        for i, (c, r) in snapshot.items():
+            cache.layers[i].conv_states[0], cache.layers[i].recurrent_states[0] = c.clone(), r.clone()
 
     commit_ms = statistics.median(commit() for _ in range(repeats)) * 1e3
 
@@ -106,4 +162,5 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
             draft_ms = t_full
         drafter.reset()
     return MeasuredCosts(body_ms=body, head_ms=head, draft_ms=draft_ms, draft_block=block,
-                         tree_build_ms=build, commit_ms=commit_ms)
+                         tree_build_ms=build, commit_ms=commit_ms, recurrent_ms=recurrent,
+                         recurrent_state_bytes=recurrent_state_bytes(target) if hybrid else 0)

@@ -11,6 +11,10 @@ softmax(logits / T) of the target at that node ("sample-and-walk", DDTree's rule
 z-lab's DFlash rule). Drafted tokens only decide how many such samples one forward yields, never
 which values they take, so every emitted token is an exact sample of the target's distribution.
 The drafter's probabilities are never used for acceptance.
+
+Hybrid targets (recurrent layers): the verify forward also gets the tree's parents, so every node's
+recurrent state is computed from its parent's, and compaction keeps the state of the last accepted
+node (see :mod:`flashdraft.models.recurrent`). The same argument then holds node for node.
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ class SpeculativeDecoder(Decoder):
     def draft_tree(self, root: int, draft_logits: torch.Tensor | None) -> DraftTree:
         raise NotImplementedError
 
+    def recurrent_parents(self, tree: DraftTree) -> list[int]:
+        """The parent each node's recurrent state starts from (hybrid targets): its tree parent."""
+        return tree.parents
+
     def walk(self, tree: DraftTree, hidden: torch.Tensor, temperature: float, gen: torch.Generator):
         """Follow the target's choices through the tree -> (accepted path node indices, next bonus token).
 
@@ -113,7 +121,7 @@ class SpeculativeDecoder(Decoder):
         t_start = time.perf_counter()
         timer = _Timer(stats)
 
-        cache = new_cache()
+        cache = new_cache(self.target)
         if self.drafter is not None:
             self.drafter.reset()
         n = len(ids)
@@ -133,7 +141,8 @@ class SpeculativeDecoder(Decoder):
             past = cache_length(cache)  # == position of the root
             node_ids = torch.tensor(tree.tokens, dtype=torch.long, device=dev)
             positions = past + torch.tensor(tree.depths, dtype=torch.long, device=dev)
-            hidden, feats = target_forward(self.target, cache, node_ids, positions, visible, self.layer_ids)
+            hidden, feats = target_forward(self.target, cache, node_ids, positions, visible, self.layer_ids,
+                                           tree_parents=self.recurrent_parents(tree))
             path, bonus = self.walk(tree, hidden, temperature, gen)
             timer.lap("verify")
             keep = torch.tensor(path, dtype=torch.long, device=dev)

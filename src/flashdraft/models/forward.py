@@ -6,20 +6,36 @@ visibility matrix among themselves (causal for a chain, ancestor-only for a tree
 cached past is visible, subject to each layer's sliding window. The cache keeps every layer's
 full K/V (an HF ``DynamicCache`` without config): windows are enforced by the mask, so cropping
 and compaction after a rejected draft never lose a token a sliding layer still needs.
+
+Hybrid targets (recurrent layers, see :mod:`flashdraft.models.recurrent`) use a :class:`HybridCache`
+(``new_cache(target)``); a tree forward passes ``tree_parents`` so each node's recurrent state comes
+from its parent, and :func:`compact_cache` then keeps the state of the accepted path's last node.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from transformers import DynamicCache
 
+from flashdraft.models.recurrent import (
+    NON_ATTENTION_LAYER_TYPES,
+    HybridCache,
+    RecurrentError,
+    commit,
+    is_recurrent_layer,
+    recurrent_family,
+    tree_mixers,
+)
 from flashdraft.models.target import Target
 
 
-def new_cache() -> DynamicCache:
-    """A cache of full (non-sliding) layers: crop and compaction stay exact for every layer type."""
+def new_cache(target: Target | None = None) -> DynamicCache:
+    """A cache of full (non-sliding) layers: crop and compaction stay exact for every layer type.
+    A hybrid target (recurrent layers) gets a :class:`HybridCache`; pass the target to get it."""
+    if target is not None and recurrent_family(target.config) is not None:
+        return HybridCache(target.config)
     return DynamicCache()
 
 
@@ -49,6 +65,9 @@ def attention_masks(config, q_pos: torch.Tensor, k_pos: torch.Tensor, visible: t
         return additive(windowed(visible) if window else visible)
     masks = {}
     for lt in set(layer_types):
+        if lt in NON_ATTENTION_LAYER_TYPES:  # recurrent / MLP blocks of hybrids take no attention mask
+            masks[lt] = None
+            continue
         masks[lt] = additive(windowed(visible) if (lt == "sliding_attention" and window) else visible)
     return masks
 
@@ -84,10 +103,16 @@ def target_forward(
     positions: torch.Tensor,
     visible_new: torch.Tensor,
     layer_ids: list[int] | None = None,
+    tree_parents: list[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the target body on new tokens appended to ``cache``.
 
     input_ids, positions: [n]; visible_new: [n, n] bool among the new tokens.
+    tree_parents: [n] parent of each new token (-1 for the root) when the tokens are a draft tree (or
+    chain) to verify. Hybrid targets need it for any forward that is compacted afterwards: their
+    recurrent layers then run each node from its parent's state. Without it the new tokens must be
+    causal and are committed to the recurrent state as they are (a prefill). Pure-attention targets
+    ignore it (the visibility mask already isolates branches).
     Returns (final-normed hidden states [n, hidden], concatenated features [n, len(layer_ids) * hidden] or None).
     The cache grows by n; the caller crops or compacts it once it knows what was accepted.
     """
@@ -97,7 +122,15 @@ def target_forward(
     k_pos = torch.cat([torch.arange(past, device=dev), positions])  # [past + n]
     visible = torch.cat([torch.ones(n, past, dtype=torch.bool, device=dev), visible_new], dim=1)  # [n, past + n]
     masks = attention_masks(target.config, positions, k_pos, visible, target.dtype)
-    with capture_layer_outputs(target, layer_ids or []) as feats:
+    hybrid = isinstance(cache, HybridCache)
+    if not hybrid and recurrent_family(target.config) is not None:
+        raise RecurrentError(f"{target.name} is a hybrid (recurrent) target: create its cache with new_cache(target)")
+    if hybrid and tree_parents is None:
+        if not torch.equal(visible_new, torch.ones(n, n, dtype=torch.bool, device=dev).tril()):
+            raise RecurrentError("a hybrid target verifies a tree only with tree_parents=[parent of each token]")
+        cache.pending, cache.pending_parents = {}, None
+    recurrent = tree_mixers(target, cache, tree_parents) if hybrid and tree_parents is not None else nullcontext()
+    with capture_layer_outputs(target, layer_ids or []) as feats, recurrent:
         out = target.model.get_decoder()(
             input_ids=input_ids[None],
             position_ids=positions[None],
@@ -123,13 +156,41 @@ def compact_cache(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> Non
     """Keep only the new entries ``keep`` (indices relative to ``past_len``, increasing) after ``past_len``.
 
     Used after verification: the accepted path's K/V move to the front of the appended window and the
-    rest (rejected drafts, unvisited branches) is dropped.
+    rest (rejected drafts, unvisited branches) is dropped. On a :class:`HybridCache` ``keep`` must be a
+    root path of the last tree forward; the recurrent layers take the state of its last node.
     """
     m = keep.shape[0]
     idx = keep + past_len  # [m]
+    if isinstance(cache, HybridCache):
+        commit(cache, keep.tolist())
     for layer in cache.layers:
+        if is_recurrent_layer(layer):
+            continue
         for name in ("keys", "values"):
             t = getattr(layer, name)  # [batch, kv_heads, T, head_dim]
             sel = t.index_select(2, idx)
             t[:, :, past_len : past_len + m] = sel
             setattr(layer, name, t[:, :, : past_len + m])
+
+
+@torch.no_grad()
+def documentwise_forward(target: Target, ids: torch.Tensor, doc: torch.Tensor, pos: torch.Tensor, layer_ids: list[int]):
+    """The target over packed rows with every document run on its own: a hybrid's recurrent layers
+    have no mask, so documents sharing a row would leak into each other's state.
+
+    ids, doc (document id per token, -1 = padding), pos: [b, T]. Each document's tokens are contiguous.
+    Returns (features [b, T, len(layer_ids) * hidden], final-normed hidden [b, T, hidden]); padding rows are 0.
+    """
+    b, T = ids.shape
+    features = torch.zeros(b, T, len(layer_ids) * target.hidden_size, dtype=target.dtype, device=ids.device)
+    final = torch.zeros(b, T, target.hidden_size, dtype=target.dtype, device=ids.device)
+    for r in range(b):
+        for d in doc[r].unique().tolist():
+            if d < 0:
+                continue
+            sel = (doc[r] == d).nonzero()[:, 0]  # [n] token indices of this document
+            with capture_layer_outputs(target, layer_ids) as feats:
+                out = target.model.get_decoder()(input_ids=ids[r, sel][None], position_ids=pos[r, sel][None], use_cache=False)
+            features[r, sel] = torch.cat([f[0] for f in feats], dim=-1)
+            final[r, sel] = out.last_hidden_state[0]
+    return features, final

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from flashdraft.models.dflash import DFlashDrafter, DrafterError, rope_cos_sin
-from flashdraft.models.forward import attention_masks, capture_layer_outputs, lm_logits
+from flashdraft.models.forward import attention_masks, capture_layer_outputs, documentwise_forward, lm_logits
+from flashdraft.models.recurrent import recurrent_family
 from flashdraft.models.target import Target
 
 
@@ -214,6 +215,9 @@ def drafter_hidden(
 def target_pass(target: Target, batch: Batch, layer_ids: list[int], want_final: bool):
     """Frozen target over the batch, documents isolated -> (features [b, T, K*H], final hidden [b, T, H] | None)."""
     ids, doc, pos = batch.input_ids, batch.doc_ids, batch.positions
+    if recurrent_family(target.config) is not None:  # hybrid: no mask isolates documents in a recurrent state
+        features, final = documentwise_forward(target, ids, doc, pos, layer_ids)
+        return features, (final if want_final else None)
     T = ids.shape[1]
     idx = torch.arange(T, device=ids.device)
     vis = (idx[None, :, None] >= idx[None, None, :]) & (doc[:, :, None] == doc[:, None, :]) & (doc[:, None, :] >= 0)
