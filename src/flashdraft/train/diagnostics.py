@@ -59,6 +59,20 @@ def feature_stats(rms: torch.Tensor, layer_ids: list[int], top: int = 5) -> list
     return out
 
 
+@torch.no_grad()
+def store_channel_rms(store, n: int = 64) -> torch.Tensor:
+    """Channel RMS [K * H] of an offline feature cache over its first ``n`` examples (positions > 0)."""
+    sq, count = None, 0
+    for i in range(min(n, store.n_examples)):
+        f, _ = store.get(i)
+        f = f[1:].double()  # [n - 1, K * H]: the first position is the attention sink
+        sq = f.pow(2).sum(0) if sq is None else sq + f.pow(2).sum(0)
+        count += f.shape[0]
+    if sq is None:
+        raise ValueError(f"feature cache {store.path} holds no examples")
+    return (sq / max(count, 1)).sqrt().float()
+
+
 def format_feature_stats(stats: list[dict]) -> str:
     lines = ["target feature statistics (per layer; position 0 of each sequence excluded):"]
     for s in stats:
