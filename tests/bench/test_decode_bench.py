@@ -36,7 +36,7 @@ def test_decode_bench_tiny(tiny, tmp_path):
     assert not res["partial"]
     rows = res["sets"]["rand@T=0"]
     assert set(rows) == {"ar", "noisy/dflash", "noisy/ddtree@2", "noisy/chain@2", "noisy/ddtree@16", "noisy/chain@16",
-                         "ngram", "ngram_tree@2", "ngram_tree@16"}  # prompt lookup reported next to the drafter
+                         "ngram", "ngram_tree@2", "ngram_tree@16", "noisy/ddtree_ngram@2", "noisy/ddtree_ngram@16"}  # prompt lookup reported next to the drafter
     for v, s in rows.items():
         assert s["identical_to_ar"] == 2, v  # lossless at T = 0
         assert s["tpot_ms"] > 0 and s["speedup"] > 0

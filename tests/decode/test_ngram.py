@@ -93,3 +93,26 @@ def test_t1_sampling_stays_exact():
         c, e = (c, e) if e[-1] > 0 else (c[:-1], e[:-1])
         assert chisquare(c, e).pvalue > 1e-3, (method, counts, law * draws)
         assert accepted > draws // 20, f"{method}: drafts were almost never accepted ({accepted}); the test is vacuous"
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma3"])
+def test_hybrid_tree_is_lossless_and_keeps_the_budget(family):
+    from flashdraft.models.dflash import DFlashDrafter
+    from tests.tiny import MASK_ID, OracleDrafter
+
+    target = tiny_target(family)
+    random_d = DFlashDrafter.for_target(target, num_layers=1, block_size=6, mask_token_id=MASK_ID, seed=3)
+    prompts = random_prompts(2, 20, seed=9)
+    prompts.append(prompts[0][:10] * 3)
+    taus = {}
+    for name, d in (("random", random_d), ("oracle", OracleDrafter(target, block_size=6))):
+        dec = build_decoder("ddtree_ngram", target, d, budget=10)
+        taus[name] = []
+        for p in prompts:
+            res = dec.generate(p, 30)
+            assert_same_tokens(target, p, res.tokens, hf_greedy(target, p, 30), f"ddtree_ngram/{name}/{family}")
+            taus[name] += res.stats.taus
+    assert taus["oracle"] == [6] * len(taus["oracle"])  # the drafter's own chain is still in the tree
+    assert max(taus["random"]) > 1  # the lookup chain rescues rounds a random drafter would lose
+    tree = dec.draft_tree(7, (torch.randn(5, target.vocab_size), [[1, 2, 3, 4, 5]]))
+    assert len(tree) - 1 <= 10 and (1, 2, 3, 4, 5) in tree.prefixes()

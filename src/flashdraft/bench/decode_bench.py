@@ -5,7 +5,8 @@ Variants per drafter: ``ar``, ``dflash`` (chain of B-1 drafts), ``ddtree@b`` for
 B-block drafter, so the control is DFlash restricted to min(b, B-1) drafts (the argmax chain truncated):
 the same number of verified tokens as the tree up to B-1, the longest possible chain beyond.
 Prompt lookup needs no drafter: ``ngram`` (a chain of B-1 drafts, 7 without a drafter) and
-``ngram_tree@b`` (several context matches as one tree of b nodes) run next to them unless disabled.
+``ngram_tree@b`` (several context matches as one tree of b nodes) run next to them unless disabled,
+and ``<drafter>/ddtree_ngram@b``, DDTree with the lookup chain grafted on in the same budget.
 
 Methods are interleaved per prompt (each prompt runs every variant ``repeats`` times in turn), one
 warm-up pass over the variants is excluded, and per-prompt medians over repeats are aggregated.
@@ -92,7 +93,7 @@ def load_prompt_set(spec: str, limit: int | None = None) -> tuple[str, list[str]
 
 def variants(target, drafters: dict, budgets: list[int], ngram: bool = True) -> dict:
     """Variant name -> decoder. Names: ar, <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b,
-    ngram, ngram_tree@b (prompt lookup; its chain as long as the first drafter's)."""
+    ngram, ngram_tree@b (prompt lookup; its chain as long as the first drafter's), <drafter>/ddtree_ngram@b."""
     out = {"ar": build_decoder("ar", target)}
     if ngram:
         k = next(iter(drafters.values())).block_size - 1 if drafters else None
@@ -106,6 +107,8 @@ def variants(target, drafters: dict, budgets: list[int], ngram: bool = True) -> 
         for b in budgets:
             out[f"{dname}/ddtree@{b}"] = SpineRecordingDDTree(target, d, b)
             out[f"{dname}/chain@{b}"] = ChainControl(target, d, b)
+            if ngram:  # the hybrid: DDTree + the lookup chain in the same budget
+                out[f"{dname}/ddtree_ngram@{b}"] = build_decoder("ddtree_ngram", target, d, budget=b)
     return out
 
 

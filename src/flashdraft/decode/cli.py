@@ -21,7 +21,7 @@ def run(
     prompt: str = typer.Argument(..., help="Text to continue (tokenised with the target's tokenizer)."),
     target: Optional[str] = typer.Option(None, help="gemma-3-270m (embedded default), a .gguf file, an HF folder or id."),
     drafter: Optional[Path] = typer.Option(None, help="DFlash drafter folder (z-lab format); needed by dflash/ddtree."),
-    method: Optional[str] = typer.Option(None, help="ar | dflash | ddtree | ngram (prompt lookup, no drafter) | ngram_tree"),
+    method: Optional[str] = typer.Option(None, help="ar | dflash | ddtree | ngram (prompt lookup, no drafter) | ngram_tree | ddtree_ngram (DDTree + lookup chain)"),
     budget: Optional[int] = typer.Option(None, help="Drafted nodes per round: ddtree / ngram_tree (default 32), ngram chain length (default 7)."),
     temperature: Optional[float] = typer.Option(None, help="0 = greedy; > 0 = lossless sampling."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),

@@ -6,7 +6,8 @@ are the draft, up to ``k`` of them. This is vLLM's ``ngram`` method and transfor
 ``prompt_lookup_num_tokens``, except that the most recent match is taken (code repeats its latest
 lines more often than its first ones). ``ngram_tree`` verifies several matches at once: the
 continuations of distinct earlier occurrences (longest n first, most recent first) merged as branches
-of one tree, under the same node ``budget`` as DDTree.
+of one tree, under the same node ``budget`` as DDTree. ``ddtree_ngram`` is the hybrid: a DFlash
+drafter's DDTree with the lookup's chain grafted on, all within one ``budget``.
 
 Losslessness comes from the shared loop (:mod:`flashdraft.decode.speculative`): drafts only decide
 how many target choices one forward yields, never which tokens are emitted.
@@ -17,8 +18,8 @@ from __future__ import annotations
 import torch
 
 from flashdraft.decode.base import DecodeError, register
-from flashdraft.decode.speculative import SpeculativeDecoder
-from flashdraft.decode.tree import DraftTree, chain_tree
+from flashdraft.decode.speculative import DDTreeDecoder, SpeculativeDecoder
+from flashdraft.decode.tree import DraftTree, best_first_tree, chain_tree
 
 
 class PromptLookup:
@@ -72,12 +73,14 @@ def lookup(tokens: torch.Tensor, k: int, max_n: int = 3, min_n: int = 1, branche
     return out
 
 
-def merge_branches(root: int, branches: list[list[int]], budget: int) -> DraftTree:
-    """A tree whose root paths are the given continuations (shared prefixes merged), at most ``budget`` drafted nodes.
+def merge_branches(root: int, branches: list[list[int]], budget: int, tree: DraftTree | None = None) -> DraftTree:
+    """A tree whose root paths are the given continuations (shared prefixes merged), at most ``budget``
+    drafted nodes in all; with ``tree``, the branches are grafted onto it (in place).
 
-    The first branch is inserted first, so it is the tree's spine (the walk's one-batch LM-head rows).
+    The first branch is inserted first, so in a new tree it is the spine (the walk's one-batch LM-head rows).
     """
-    tree = DraftTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0], children=[{}])
+    if tree is None:
+        tree = DraftTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0], children=[{}])
     for cont in branches:
         node = 0
         for tok in cont:
@@ -129,3 +132,36 @@ class NgramTreeDecoder(NgramDecoder):
 
     def draft_tree(self, root: int, proposals: list[list[int]]) -> DraftTree:
         return merge_branches(root, proposals, self.budget or self.DEFAULT_BUDGET)
+
+
+class _DrafterWithLookup:
+    """A DFlash drafter whose ``propose`` also returns the prompt-lookup chain: (logits [B-1, V], chains)."""
+
+    def __init__(self, drafter, k: int):
+        self.drafter, self.lookup = drafter, PromptLookup(k=k)
+        self.target_layer_ids, self.block_size = drafter.target_layer_ids, drafter.block_size
+
+    def reset(self) -> None:
+        self.drafter.reset()
+
+    def propose(self, tokens: torch.Tensor, new_features):
+        return self.drafter.propose(tokens, new_features), self.lookup.propose(tokens)
+
+
+@register("ddtree_ngram")
+class HybridTreeDecoder(DDTreeDecoder):
+    """DDTree over the drafter's marginals plus the prompt-lookup chain (B-1 tokens), ``budget`` nodes in all.
+
+    The lookup's nodes are reserved first; the drafter's best-first tree gets the rest of the budget
+    and the lookup chain is grafted onto it (shared prefixes count once).
+    """
+
+    def __init__(self, target, drafter=None, budget: int | None = None):
+        super().__init__(target, drafter=drafter, budget=budget)
+        self.drafter = _DrafterWithLookup(drafter, k=drafter.block_size - 1)
+
+    def draft_tree(self, root: int, proposal) -> DraftTree:
+        logits, chains = proposal
+        look = chains[0][: self.budget] if chains else []
+        tree = best_first_tree(root, torch.log_softmax(logits.float(), dim=-1), max(1, self.budget - len(look)))
+        return merge_branches(root, [look], self.budget, tree) if look else tree
