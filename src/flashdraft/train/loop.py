@@ -159,6 +159,8 @@ class Trainer:
 
             self.store = FeatureStore(cfg.features)
         self.stats_layers = sorted({i for _, c in named for i in (c.target_layer_ids or target.default_layer_ids(c.num_layers))})
+        if self.store is not None:  # refuse a cache made for other data/layers before reading it
+            self.store.check(target, self.stats_layers, self.all_examples, need_final=any(c.loss == "kl" for _, c in named))
         self.feature_rms = self._channel_rms(self.stats_layers, cfg.stats_sequences)  # [K * H]
         if self.role.is_producer:  # no drafters, optimizers or eval: the first trainer says what to compute
             plan = share_plan(self.role, None)
