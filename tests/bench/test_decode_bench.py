@@ -35,7 +35,8 @@ def test_decode_bench_tiny(tiny, tmp_path):
                            temperatures=[0.0], max_new_tokens=12, repeats=2, out_dir=tmp_path, log=lambda m: None)
     assert not res["partial"]
     rows = res["sets"]["rand@T=0"]
-    assert set(rows) == {"ar", "noisy/dflash", "noisy/ddtree@2", "noisy/chain@2", "noisy/ddtree@16", "noisy/chain@16"}
+    assert set(rows) == {"ar", "noisy/dflash", "noisy/ddtree@2", "noisy/chain@2", "noisy/ddtree@16", "noisy/chain@16",
+                         "ngram", "ngram_tree@2", "ngram_tree@16", "noisy/ddtree_ngram@2", "noisy/ddtree_ngram@16"}  # prompt lookup reported next to the drafter
     for v, s in rows.items():
         assert s["identical_to_ar"] == 2, v  # lossless at T = 0
         assert s["tpot_ms"] > 0 and s["speedup"] > 0
@@ -96,3 +97,17 @@ def test_temperature_one_runs(tiny, tmp_path):
     res = run_decode_bench(tiny, {"n": NoisyOracle(tiny, block_size=4)}, {"r": random_prompts(1, 8)}, budgets=[4],
                            temperatures=[1.0], max_new_tokens=8, repeats=2, out_dir=tmp_path, log=lambda m: None)
     assert res["sets"]["r@T=1"]["n/ddtree@4"]["rounds"] > 0
+
+
+def test_decode_bench_without_a_drafter_compares_ar_and_prompt_lookup(tiny, tmp_path):
+    prompts = [p[:6] * 3 for p in random_prompts(2, 10, seed=3)]  # repetitive: the lookup hits
+    res = run_decode_bench(tiny, {}, {"rep": prompts}, budgets=[8], temperatures=[0.0], max_new_tokens=16,
+                           repeats=1, out_dir=tmp_path, log=lambda m: None)
+    rows = res["sets"]["rep@T=0"]
+    assert set(rows) == {"ar", "ngram", "ngram_tree@8"}
+    assert all(s["identical_to_ar"] == 2 for s in rows.values())
+    assert len(rows["ngram"]["per_position_acceptance"]) == 7  # no drafter: a chain of 7
+    assert rows["ngram_tree@8"]["tau_mean"] >= 1.0
+    with pytest.raises(BenchError, match="--drafter"):
+        run_decode_bench(tiny, {}, {"rep": prompts}, budgets=[8], temperatures=[0.0], max_new_tokens=4,
+                         repeats=1, out_dir=tmp_path, log=lambda m: None, ngram=False)

@@ -197,6 +197,14 @@ def test_cli_end_to_end(tmp_path, monkeypatch):
     store.check(t, LAYERS, ex)
     assert torch.equal(store.get(2)[0], reference(t, ex[2])[0])
     assert store.manifest["source"]["data"] == [str(data)] and store.manifest["source"]["max_len"] == 64
+    # feature statistics: per layer, the channel RMS and the top channels' share, from the stored features
+    stats = json.loads((out / "feature_stats.json").read_text())
+    assert summary["feature_stats"] == str(out / "feature_stats.json") and [s["layer"] for s in stats] == LAYERS
+    f = torch.cat([store.get(i)[0][1:] for i in range(3)]).double()
+    rms1 = f[:, : t.hidden_size].pow(2).mean(0).sqrt()
+    assert stats[0]["rms_max"] == pytest.approx(float(rms1.max()), rel=1e-4)
+    assert stats[0]["top1_share"] == pytest.approx(float(rms1.max() ** 2 / rms1.pow(2).sum()), rel=1e-4)
+    assert "top-1 channel" in r.output
     # another layer choice into the same folder: refused (exit 2) with the fix
     bad = CliRunner().invoke(app, [*args, "--layer-ids", "2"])
     assert bad.exit_code == 2 and "--overwrite" in bad.output and "[1, 3]" in bad.output

@@ -42,15 +42,19 @@ def test_variants_together_equal_each_alone_and_share_one_target_pass(tmp_path, 
         return real(*a, **k)
 
     monkeypatch.setattr("flashdraft.train.loop.target_pass", counting)
-    both = Trainer(make_cfg(tmp_path / "both", data, max_steps=3, variants=VARIANTS), target=tiny_target("qwen3")).run()
-    assert len(calls) == 3 * 2 and all(ids == [1, 2, 3] for ids in calls)  # one pass per micro-batch, union layers
+    trainer = Trainer(make_cfg(tmp_path / "both", data, max_steps=3, variants=VARIANTS), target=tiny_target("qwen3"))
+    stats_passes = len(calls)  # the feature statistics: one pass per 4 sampled sequences, union layers
+    assert stats_passes == -(-min(16, len(trainer.examples)) // 4)
+    both = trainer.run()
+    # one pass per micro-batch, union layers
+    assert len(calls) == stats_passes + 3 * 2 and all(ids == [1, 2, 3] for ids in calls)
     for v in VARIANTS:
         over = {k: val for k, val in v.items() if k != "name"}
         alone = Trainer(make_cfg(tmp_path / v["name"], data, max_steps=3, **over), target=tiny_target("qwen3")).run()
         assert both.variants[v["name"]]["losses"] == alone.losses  # bitwise-equal floats
         wa, wb = weights(both.variants[v["name"]]["final_drafter"]), weights(alone.final_drafter)
         assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    assert len(calls) == 6 + 2 * 6  # each lone run paid its own target passes
+    assert len(calls) == 3 * (stats_passes + 6)  # each lone run paid its own target passes (and statistics)
     run = tmp_path / "both" / "run"
     assert [p.name for p in list_checkpoints(run / "b6")] == [p.name for p in list_checkpoints(run / "b4")]
     lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
@@ -84,8 +88,10 @@ def test_ema_is_exported_and_restored_on_resume(tmp_path, data):
     full = Trainer(make_cfg(tmp_path / "a", data, ema_decay=0.5), target=tiny_target("qwen3"))
     res = full.run()
     exported = weights(res.final_drafter)
+    scale = full.variants[0].drafter.feature_scale
     for k, v in full.variants[0].ema.avg.items():
-        assert torch.equal(exported[k], v), k
+        want = v * scale[None, :] if k == "fc.weight" else v  # the feature scale is folded into fc on save
+        assert torch.equal(exported[k], want), k
     raw = dict(full.drafter.named_parameters())
     assert any(not torch.equal(exported[k], raw[k].detach()) for k in full.variants[0].ema.avg)  # EMA != last weights
     Trainer(make_cfg(tmp_path / "b", data, ema_decay=0.5), target=tiny_target("qwen3")).run(stop_after=3)

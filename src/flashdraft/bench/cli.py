@@ -29,7 +29,7 @@ def _fail(e: Exception) -> None:
 @app.command()
 def decode(
     target: str = typer.Option("gemma-3-270m", help="Target spec (embedded name, .gguf, HF folder)."),
-    drafter: List[Path] = typer.Option(..., help="DFlash drafter folder(s); repeat for several."),
+    drafter: List[Path] = typer.Option([], help="DFlash drafter folder(s); repeat for several (none: AR vs ngram)."),
     prompts: List[str] = typer.Option(["humaneval"], help="'humaneval' (offline) or a JSONL file with 'prompt'."),
     limit: int = typer.Option(4, help="Prompts per set."),
     budgets: str = typer.Option("4,8,16,32,64,128", help="DDTree budgets (comma-separated)."),
@@ -38,9 +38,10 @@ def decode(
     repeats: int = typer.Option(3, help="Runs per prompt and variant (median)."),
     dtype: str = typer.Option("float32"),
     threads: int = typer.Option(1, help="torch intra-op threads (1 on a shared machine)."),
+    ngram: bool = typer.Option(True, "--ngram/--no-ngram", help="Also run prompt lookup (ngram, ngram_tree@b)."),
     out: Path = typer.Option(Path("runs/bench_decode"), "-o", "--out"),
 ) -> None:
-    """AR vs DFlash vs DDTree (budget sweep) vs same-budget chain: tau, TPOT, speedup, stages; JSON/MD/PNG."""
+    """AR vs DFlash vs DDTree (budget sweep) vs same-budget chain vs prompt lookup: tau, TPOT, speedup; JSON/MD/PNG."""
     import torch
 
     from flashdraft.bench.decode_bench import BenchError, load_prompt_set, markdown_table, run_decode_bench
@@ -58,7 +59,7 @@ def decode(
         console.print("prompting: plain continuation of the raw prompt (no chat template, no thinking)")
         res = run_decode_bench(tgt, drafters, sets, _ints(budgets), [float(t) for t in temperatures.split(",")],
                                max_new_tokens, repeats, out,
-                               log=lambda m: console.print(m, markup=False, highlight=False))
+                               log=lambda m: console.print(m, markup=False, highlight=False), ngram=ngram)
     except (BenchError, DecodeError, DrafterError, TargetError) as e:
         _fail(e)
     md = markdown_table(res)

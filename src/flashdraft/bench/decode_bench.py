@@ -1,9 +1,12 @@
-"""``bench decode``: AR vs DFlash vs DDTree (budget sweep) vs same-budget chain, measured in one run.
+"""``bench decode``: AR vs DFlash vs DDTree (budget sweep) vs same-budget chain vs prompt lookup, in one run.
 
 Variants per drafter: ``ar``, ``dflash`` (chain of B-1 drafts), ``ddtree@b`` for each budget b and
 ``chain@b``, the same-budget chain control. A chain of b drafted nodes is impossible beyond B-1 with a
 B-block drafter, so the control is DFlash restricted to min(b, B-1) drafts (the argmax chain truncated):
 the same number of verified tokens as the tree up to B-1, the longest possible chain beyond.
+Prompt lookup needs no drafter: ``ngram`` (a chain of B-1 drafts, 7 without a drafter) and
+``ngram_tree@b`` (several context matches as one tree of b nodes) run next to them unless disabled,
+and ``<drafter>/ddtree_ngram@b``, DDTree with the lookup chain grafted on in the same budget.
 
 Methods are interleaved per prompt (each prompt runs every variant ``repeats`` times in turn), one
 warm-up pass over the variants is excluded, and per-prompt medians over repeats are aggregated.
@@ -88,14 +91,24 @@ def load_prompt_set(spec: str, limit: int | None = None) -> tuple[str, list[str]
     return name, prompts
 
 
-def variants(target, drafters: dict, budgets: list[int]) -> dict:
-    """Variant name -> decoder. Names: ar, <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b."""
+def variants(target, drafters: dict, budgets: list[int], ngram: bool = True) -> dict:
+    """Variant name -> decoder. Names: ar, <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b,
+    ngram, ngram_tree@b (prompt lookup; its chain as long as the first drafter's), <drafter>/ddtree_ngram@b."""
     out = {"ar": build_decoder("ar", target)}
+    if ngram:
+        k = next(iter(drafters.values())).block_size - 1 if drafters else None
+        out["ngram"] = build_decoder("ngram", target, budget=k)
+        for b in budgets:
+            out[f"ngram_tree@{b}"] = build_decoder("ngram_tree", target, budget=b)
+    if not drafters and not ngram:
+        raise BenchError("nothing to compare with AR: give --drafter PATH and/or keep --ngram")
     for dname, d in drafters.items():
         out[f"{dname}/dflash"] = build_decoder("dflash", target, d)
         for b in budgets:
             out[f"{dname}/ddtree@{b}"] = SpineRecordingDDTree(target, d, b)
             out[f"{dname}/chain@{b}"] = ChainControl(target, d, b)
+            if ngram:  # the hybrid: DDTree + the lookup chain in the same budget
+                out[f"{dname}/ddtree_ngram@{b}"] = build_decoder("ddtree_ngram", target, d, budget=b)
     return out
 
 
@@ -126,11 +139,11 @@ def summarize(records: list[dict], max_depth: int) -> dict:
 
 def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budgets: list[int],
                      temperatures: list[float], max_new_tokens: int, repeats: int, out_dir: Path,
-                     warmup: bool = True, seed: int = 0, log=print) -> dict:
+                     warmup: bool = True, seed: int = 0, log=print, ngram: bool = True) -> dict:
     """Run the sweep; write ``out_dir/results.json`` after each prompt; return the final results."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    decs = variants(target, drafters, budgets)
+    decs = variants(target, drafters, budgets, ngram=ngram)
     results = dict(target=target.name, drafters={k: {"block_size": d.block_size} for k, d in drafters.items()},
                    budgets=budgets, temperatures=temperatures, max_new_tokens=max_new_tokens, repeats=repeats,
                    prompting="plain continuation of the raw prompt text (no chat template, no thinking)",

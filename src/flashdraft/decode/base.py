@@ -98,7 +98,7 @@ def register(name: str):
 
 def build_decoder(method: str, target, drafter=None, budget: int | None = None) -> Decoder:
     """The decoder registered as ``method`` for ``target`` (and ``drafter`` / tree ``budget`` where used)."""
-    from flashdraft.decode import speculative  # noqa: F401  (registers the methods)
+    from flashdraft.decode import ngram, speculative  # noqa: F401  (registers the methods)
 
     if method not in DECODERS:
         raise DecodeError(f"unknown decoding method {method!r}; choose one of: {', '.join(sorted(DECODERS))}")

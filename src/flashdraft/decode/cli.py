@@ -1,4 +1,4 @@
-"""``flashdraft run``: decode one prompt with AR, DFlash or DDTree and print text, tau and tokens/s."""
+"""``flashdraft run``: decode one prompt with AR, DFlash, DDTree or prompt lookup (ngram) and print text, tau and tokens/s."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def run(
     prompt: str = typer.Argument(..., help="Text to continue (tokenised with the target's tokenizer)."),
     target: Optional[str] = typer.Option(None, help="gemma-3-270m (embedded default), a .gguf file, an HF folder or id."),
     drafter: Optional[Path] = typer.Option(None, help="DFlash drafter folder (z-lab format); needed by dflash/ddtree."),
-    method: Optional[str] = typer.Option(None, help="ar | dflash | ddtree"),
-    budget: Optional[int] = typer.Option(None, help="DDTree: drafted tree nodes per round (default 32)."),
+    method: Optional[str] = typer.Option(None, help="ar | dflash | ddtree | ngram (prompt lookup, no drafter) | ngram_tree | ddtree_ngram (DDTree + lookup chain)"),
+    budget: Optional[int] = typer.Option(None, help="Drafted nodes per round: ddtree / ngram_tree (default 32), ngram chain length (default 7)."),
     temperature: Optional[float] = typer.Option(None, help="0 = greedy; > 0 = lossless sampling."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),
     seed: Optional[int] = typer.Option(None),

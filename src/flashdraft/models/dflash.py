@@ -11,6 +11,12 @@ drafter not bound to a target refuses to run. An optional reduced draft vocabula
 ``lm_head`` plus the ``d2t`` (draft id -> target id offset) and ``t2d`` (bool over the target
 vocabulary) maps, as vLLM reads them.
 
+Feature scale. Target residual streams carry massive-activation channels (a few channels with
+10-100x the RMS of the rest), which make ``fc``'s output, and so every context position, look alike.
+Training therefore feeds ``fc`` the features times a static per-channel ``feature_scale`` (from
+feature statistics, see :mod:`flashdraft.train.diagnostics`); the scale is a non-saved buffer and
+is folded into ``fc.weight`` on save (fc(x * s) == (W * s) x), so the files stay in the z-lab format.
+
 Files: ``config.json`` (``architectures``, ``block_size``, ``dflash_config.{mask_token_id,
 target_layer_ids}``, ``num_target_layers``, layer sizes, ``layer_types``) and ``model.safetensors``
 with ``layers.N.*``, ``fc.weight``, ``hidden_norm.weight``, ``norm.weight``.
@@ -189,6 +195,8 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashLayer(cfg, lt) for lt in cfg.layer_types)
         self.norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
+        # [K * target_hidden] per-channel input scale of fc; ones when loaded (folded into fc.weight on save)
+        self.register_buffer("feature_scale", torch.ones(self.fc.in_features), persistent=False)
         if cfg.draft_vocab_size is not None:
             self.lm_head = nn.Linear(d, cfg.draft_vocab_size, bias=False)
             self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
@@ -211,6 +219,38 @@ class DFlashDrafter(nn.Module):
     @property
     def block_size(self) -> int:
         return self.cfg.block_size
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """Context vectors of target features [..., K * H] -> [..., d]: hidden_norm(fc(features * feature_scale))."""
+        x = features.to(self.fc.weight.dtype)
+        if self._scaled:
+            x = x * self.feature_scale.to(x.dtype)
+        return self.hidden_norm(self.fc(x))
+
+    @property
+    def _scaled(self) -> bool:
+        return bool(getattr(self, "_has_scale", False))
+
+    @torch.no_grad()
+    def set_feature_scale(self, scale: torch.Tensor, keep_function: bool = True) -> None:
+        """Feed fc the features times ``scale`` [K * H] from now on.
+
+        keep_function: rescale fc.weight so the drafter computes the same function (for a trained or
+        loaded drafter); False for a fresh one (its random fc then starts on the scaled features).
+        """
+        scale = torch.as_tensor(scale, dtype=torch.float32, device=self.fc.weight.device).flatten()
+        if scale.numel() != self.fc.in_features or not bool(torch.isfinite(scale).all()) or bool((scale <= 0).any()):
+            raise DrafterError(f"feature scale must hold {self.fc.in_features} finite positive values, got {scale.numel()}")
+        if keep_function:
+            self.fc.weight.mul_((self.feature_scale / scale).to(self.fc.weight.dtype)[None, :])
+        self.feature_scale.copy_(scale)
+        self._has_scale = not bool((scale == 1).all())
+
+    @torch.no_grad()
+    def reset_feature_scale_after_load(self) -> None:
+        """Weights were just loaded from a (folded) file: the buffer goes back to ones (same function)."""
+        self.feature_scale.fill_(1.0)
+        self._has_scale = False
 
     @property
     def target_layer_ids(self) -> list[int]:
@@ -344,6 +384,9 @@ class DFlashDrafter(nn.Module):
         cfg["torch_dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        if self._scaled:  # fold the feature scale: fc(x * s) == (W * s) x
+            state["fc.weight"] = (self.fc.weight.detach().float() * self.feature_scale[None, :]).to(
+                self.fc.weight.dtype).contiguous().cpu()
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         atomic_replace_dir(tmp, path)
         return path
@@ -424,7 +467,7 @@ class DFlashDrafter(nn.Module):
         c_pos = torch.arange(past, start, device=dev)  # [n_new]
         rope_x = rope_cos_sin(q_pos, c.head_dim, c.rope_theta, dtype)
         rope_c = rope_cos_sin(c_pos, c.head_dim, c.rope_theta, dtype)
-        ctx = self.hidden_norm(self.fc(new_features.to(dtype)[None])) if n_new else None  # [1, n_new, d]
+        ctx = self.fuse(new_features.to(dtype)[None]) if n_new else None  # [1, n_new, d]
         k_pos = torch.arange(0, start + c.block_size, device=dev)  # [start + B]
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn

@@ -29,6 +29,11 @@ class TrainConfig(Section):
         None, ge=1, description="reduced draft vocabulary: the N most frequent supervised tokens of the data (d2t/t2d)"
     )
     features: str | None = Field(None, description="offline feature cache from `flashdraft features` (else online)")
+    feature_norm: Literal["none", "layer", "channel"] = Field(
+        "channel", description="fc input scale from feature statistics (folded into fc.weight on save): channel = "
+        "every channel at unit RMS (tames massive activations), layer = each target layer at unit RMS, none",
+    )
+    stats_sequences: int = Field(16, ge=1, description="training sequences sampled for the feature statistics")
 
     # objective
     max_len: int = Field(1024, ge=2)
@@ -79,6 +84,11 @@ class TrainConfig(Section):
     eval_prompts: str | None = Field(None, description="JSONL of {prompt} or {prompt_ids} for real decoding tau")
     eval_n: int = Field(8, ge=0)
     eval_max_new_tokens: int = Field(48, ge=1)
+    holdout: float = Field(
+        0.0, ge=0, lt=1, description="share of the training sequences held out (never trained on) for held-out "
+        "per-slot accuracy, the context ablation and the n-gram baselines (at eval_every steps and at the end)",
+    )
+    holdout_max: int = Field(64, ge=1, description="at most this many held-out sequences are scored")
     progress: bool = True
     tensorboard: bool = True
     resume: bool = True
@@ -122,7 +132,7 @@ class TrainConfig(Section):
 # fields a variant may change; everything else (data, target, batch, schedule length, cadence) is shared
 VARIANT_FIELDS = (
     "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
-    "init_norm_from_target", "draft_vocab_size", "max_anchors", "gamma", "position_weights", "dpace_alpha", "loss",
+    "init_norm_from_target", "draft_vocab_size", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "loss",
     "feature_noise", "loss_vocab", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",
 )

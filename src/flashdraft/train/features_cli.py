@@ -46,6 +46,8 @@ def features(
     rank: int = typer.Option(0, "--rank", min=0, help="with --world-size: this process writes shards s % world == rank"),
     world_size: int = typer.Option(1, "--world-size", min=1),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    stats_sequences: int = typer.Option(64, "--stats-sequences", min=1,
+                                        help="sequences sampled for the feature statistics (feature_stats.json)"),
 ) -> None:
     """Compute the target's features over the training data once and store them for training."""
     import torch
@@ -77,11 +79,20 @@ def features(
     except (ConfigError, TrainError, TargetError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    from flashdraft.io import atomic_write_text
+    from flashdraft.train.diagnostics import feature_stats, format_feature_stats, store_channel_rms
+
+    stats = None
+    if all(p.is_file() for p in store.shard_files):  # every shard written: statistics of a sample
+        stats = feature_stats(store_channel_rms(store, stats_sequences), store.layer_ids)
+        atomic_write_text(Path(path) / "feature_stats.json", json.dumps(stats, indent=1) + "\n")
+        typer.echo(format_feature_stats(stats), err=True)
     files = [p for p in store.shard_files if p.is_file()]
     summary = {
         "out": str(path), "examples": store.n_examples, "tokens": store.n_tokens, "shards": len(store.shard_files),
         "shards_missing": len(store.shard_files) - len(files), "bytes": sum(p.stat().st_size for p in files),
         "layer_ids": store.layer_ids, "dtype": dtype, "with_final": store.with_final,
         "seconds": round(time.perf_counter() - t0, 2),
+        "feature_stats": None if stats is None else str(Path(path) / "feature_stats.json"),
     }
     typer.echo(json.dumps(summary))

@@ -33,7 +33,10 @@ from flashdraft.train.checkpoint import (
     checkpoint_steps, load_checkpoint, prune_checkpoints, read_best, save_checkpoint, write_best,
 )
 from flashdraft.train.config import TrainConfig
-from flashdraft.train.data import DataStats, DataStream, Example, draft_vocab_from_frequencies, load_examples
+from flashdraft.train.data import DataStats, DataStream, Example, collate, draft_vocab_from_frequencies, load_examples
+from flashdraft.train.diagnostics import (
+    NgramBaseline, feature_scale, feature_stats, format_feature_stats, format_report, heldout_report,
+)
 from flashdraft.train.disaggregated import FeatureChannel, role, share_plan
 from flashdraft.train.dist import agree, dist_world, resolve_device, stop_signals
 from flashdraft.train.optim import EMA, make_scheduler
@@ -51,13 +54,14 @@ class TrainResult:
     final_drafter: Path | None = None
     eval: dict | None = None
     variants: dict[str, dict] = field(default_factory=dict)  # name -> {"losses", "final_drafter", "eval"}
+    heldout: dict | None = None  # variant -> held-out per-slot accuracy, ablation and baselines (cfg.holdout)
 
 
 class Variant:
     """One drafter being trained: drafter, objective, optimizer, scheduler, EMA and its folder."""
 
     def __init__(self, name: str | None, cfg: TrainConfig, root: Path, target, examples: list[Example],
-                 total_steps: int, resume_step: int | None):
+                 total_steps: int, resume_step: int | None, scale_of=None):
         self.name, self.cfg = name, cfg
         self.out = root / name if name else root
         self.resume_from = self.out / "checkpoints" / f"step-{resume_step:08d}" if resume_step is not None else None
@@ -77,6 +81,10 @@ class Variant:
             if cfg.init_norm_from_target:
                 init_norm_from_target(self.drafter, target)
         self.drafter.float().train()
+        self.scale = scale_of(self.drafter.target_layer_ids, cfg.feature_norm) if scale_of else None
+        if self.scale is not None:  # fc reads the features at a common scale (folded into fc.weight on save)
+            fresh = self.resume_from is None and not cfg.init_from
+            self.drafter.set_feature_scale(self.scale, keep_function=not fresh)
         attention = cfg.attention
         if attention == "auto":
             attention = "flex" if target.device.type == "cuda" else "sdpa"
@@ -133,10 +141,27 @@ class Trainer:
             examples, self.data_stats = load_examples(cfg.data, target, cfg.max_len, min_block, cfg.append_eos)
         else:
             self.data_stats = DataStats(kept=len(examples), tokens=sum(len(e.token_ids) for e in examples))
+        self.all_examples = examples  # the offline cache holds them all
+        self.heldout: list[Example] = []
+        if cfg.holdout > 0 and len(examples) > 1:
+            perm = np.random.default_rng([cfg.seed, 7]).permutation(len(examples))
+            n_hold = min(max(1, int(round(cfg.holdout * len(examples)))), len(examples) - 1)
+            hold = set(perm[:n_hold].tolist())
+            self.heldout = [examples[i] for i in sorted(hold)][: cfg.holdout_max]
+            examples = [e for i, e in enumerate(examples) if i not in hold]
         self.examples = examples
         self.stream = DataStream(examples, cfg.batch_size, cfg.seed, cfg.pack, cfg.max_len)
         per_step = cfg.batch_size * cfg.grad_accum
         self.total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * len(examples) / per_step))
+        self.store = None
+        if cfg.features:
+            from flashdraft.train.features import FeatureStore
+
+            self.store = FeatureStore(cfg.features)
+        self.stats_layers = sorted({i for _, c in named for i in (c.target_layer_ids or target.default_layer_ids(c.num_layers))})
+        if self.store is not None:  # refuse a cache made for other data/layers before reading it
+            self.store.check(target, self.stats_layers, self.all_examples, need_final=any(c.loss == "kl" for _, c in named))
+        self.feature_rms = self._channel_rms(self.stats_layers, cfg.stats_sequences)  # [K * H]
         if self.role.is_producer:  # no drafters, optimizers or eval: the first trainer says what to compute
             plan = share_plan(self.role, None)
             self.variants, self.layer_ids, self.want_final = [], plan["layer_ids"], plan["want_final"]
@@ -145,7 +170,9 @@ class Trainer:
             self.channel = FeatureChannel(self.role, target.device, target.dtype)
             return
         resume_step = self._common_checkpoint([self.out / n if n else self.out for n, _ in named]) if cfg.resume else None
-        self.variants = [Variant(n, c, self.out, target, examples, self.total_steps, resume_step) for n, c in named]
+        self.feature_stats = feature_stats(self.feature_rms, self.stats_layers)
+        self.variants = [Variant(n, c, self.out, target, examples, self.total_steps, resume_step, self._scale_of)
+                         for n, c in named]
         # the target pass captures the union of the variants' layers; each variant reads its columns
         self.layer_ids = sorted({i for v in self.variants for i in v.drafter.target_layer_ids})
         H = target.hidden_size
@@ -155,12 +182,8 @@ class Trainer:
                 [torch.arange(self.layer_ids.index(i) * H, (self.layer_ids.index(i) + 1) * H) for i in ids]
             ).to(target.device)
         self.want_final = any(v.cfg.loss == "kl" for v in self.variants)
-        self.store = None
-        if cfg.features:
-            from flashdraft.train.features import FeatureStore
-
-            self.store = FeatureStore(cfg.features)
-            self.store.check(target, self.layer_ids, examples, need_final=self.want_final)
+        if self.store is not None:
+            self.store.check(target, self.layer_ids, self.all_examples, need_final=self.want_final)
         self.step = 0
         if resume_step is not None:
             for v in self.variants:
@@ -169,6 +192,14 @@ class Trainer:
                     if "ema" not in state["extra"]:
                         raise TrainError(f"checkpoint {v.resume_from} has no EMA weights; resume with ema_decay unset")
                     v.ema.load_state_dict(state["extra"]["ema"])
+                if v.scale is not None:  # the checkpoint's fc.weight is folded: restore the training form exactly
+                    v.drafter.reset_feature_scale_after_load()
+                    if "fc_weight" in state["extra"] and "feature_scale" in state["extra"]:
+                        with torch.no_grad():
+                            v.drafter.fc.weight.copy_(state["extra"]["fc_weight"])
+                        v.drafter.set_feature_scale(state["extra"]["feature_scale"], keep_function=False)
+                    else:
+                        v.drafter.set_feature_scale(v.scale, keep_function=True)
             self.step = int(state["step"])
             self.stream.load_state_dict(state["data"])
         self.channel = None
@@ -181,6 +212,45 @@ class Trainer:
             self.eval_prompts = load_eval_prompts(cfg.eval_prompts, target, cfg.eval_n)
         self.metrics_path = self.out / "metrics.jsonl"
         self._tb: dict[str, object] = {}
+
+    @torch.no_grad()
+    def _channel_rms(self, layer_ids: list[int], n: int) -> torch.Tensor:
+        """Channel RMS [K * H] of the target features over up to ``n`` training sequences (first position
+        of each excluded). With feature producer ranks, rank 0 (a producer) computes it for everyone."""
+        from flashdraft.train.diagnostics import sample_mask
+
+        D = len(layer_ids) * self.target.hidden_size
+        sq, count = torch.zeros(D, dtype=torch.float64), 0
+        if not self.role.producers or dist_world()[1] == 0:
+            rows = [[e] for e in self.examples[:n]]
+            for s in range(0, len(rows), 4):
+                part = rows[s : s + 4]
+                batch = collate(part, [0] * len(part), self.target.device)
+                f = self._features_of(batch, part, layer_ids)[0]  # [b, T, K * H]
+                f = f[sample_mask(batch.positions, batch.doc_ids)].double().cpu()  # [N, K * H]
+                sq += f.pow(2).sum(0)
+                count += f.shape[0]
+        rms = (sq / max(count, 1)).sqrt().float()
+        if self.role.producers:
+            import torch.distributed as dist
+
+            dist.broadcast(rms, src=0)
+        return rms
+
+    def _features_of(self, batch, rows, layer_ids: list[int], want_final: bool = False):
+        """Features of ``layer_ids`` for a batch: the offline cache, else one target pass."""
+        if self.store is not None:
+            return self.store.collate(rows, layer_ids, self.target.device, want_final)
+        return target_pass(self.target, batch, layer_ids, want_final)
+
+    def _scale_of(self, layer_ids: list[int], mode: str) -> torch.Tensor | None:
+        """The fc input scale of a drafter reading ``layer_ids`` (None for mode 'none')."""
+        if mode == "none" or not bool((self.feature_rms > 0).any()):
+            return None
+        H = self.target.hidden_size
+        cols = torch.cat([torch.arange(self.stats_layers.index(i) * H, (self.stats_layers.index(i) + 1) * H)
+                          for i in layer_ids])
+        return feature_scale(self.feature_rms.index_select(0, cols), len(layer_ids), mode)
 
     @staticmethod
     def _common_checkpoint(folders: list[Path]) -> int | None:
@@ -242,6 +312,8 @@ class Trainer:
         paths = []
         for v in self.variants:
             extra = {"ema": v.ema.state_dict()} if v.ema else {}
+            if v.scale is not None:  # the saved drafter holds fc.weight folded; resume from the exact training form
+                extra.update(fc_weight=v.drafter.fc.weight.detach().clone(), feature_scale=v.drafter.feature_scale.clone())
             paths.append(save_checkpoint(v.out, self.step, v.drafter, v.optimizer, v.scheduler, self.stream.state_dict(),
                                          v.cfg, extra))
         for v in self.variants:
@@ -262,6 +334,37 @@ class Trainer:
                        "eval_seconds": time.perf_counter() - t0}, v)
             out[v.label] = res
         return out
+
+    def diagnose(self) -> dict[str, dict] | None:
+        """Held-out per-slot accuracy, context ablation and n-gram baselines of every variant (cfg.holdout)."""
+        if not self.heldout or not self.is_main:
+            return None
+        if getattr(self, "_ngram", None) is None:
+            self._ngram = NgramBaseline(self.examples)
+        out = {}
+        for v in self.variants:
+            t0 = time.perf_counter()
+            ids = v.drafter.target_layer_ids
+            with v.eval_weights():
+                rep = heldout_report(v.objective, self.heldout,
+                                     lambda b, rows: self._features_of(b, rows, ids, v.cfg.loss == "kl"),
+                                     self._ngram, batch_size=self.cfg.batch_size, seed=self.cfg.seed)
+            rec = {"step": self.step, "kind": "heldout", "heldout_seconds": time.perf_counter() - t0,
+                   "n_anchors": rep["n_anchors"], "ablation_ratio": rep["ablation_ratio"],
+                   "ignores_context": rep["ignores_context"]}
+            for name, m in rep.items():
+                if isinstance(m, dict):
+                    rec[f"{name}_acc_per_slot"], rec[f"{name}_tau_proxy"] = m["acc_per_slot"], m["tau_proxy"]
+            self._log(rec, v)
+            self._say(f"[{v.label}] " + format_report(rep, self.step))
+            out[v.label] = rep
+        return out
+
+    def _say(self, text: str) -> None:
+        if self.is_main and self.cfg.progress:
+            from rich.console import Console
+
+            Console(stderr=True).print(text, markup=False, highlight=False)
 
     def _track_best(self, evals: dict[str, dict]) -> None:
         """After an eval at a checkpointed step: remember the best step by held-out tau (kept by pruning)."""
@@ -299,7 +402,8 @@ class Trainer:
         norms = {k: sum(bl.norm for bl in bls) for k, bls in blocks.items()}  # all micro-batches of all ranks
         dev_type = "cpu" if self.target.device.type == "cpu" else "cuda"
         autocast = torch.autocast(dev_type, dtype=torch.bfloat16) if cfg.bf16 else nullcontext()
-        sums = {v.label: torch.zeros(5, dtype=torch.float64) for v in self.variants}  # loss, tokens, acc*n, tau*n, n
+        # loss, tokens, acc*n, tau*n, n, then per slot k = 1..B-1: hits, supervised
+        sums = {v.label: torch.zeros(5 + 2 * (v.drafter.block_size - 1), dtype=torch.float64) for v in self.variants}
         for i in range(rank, len(micro), world):
             batch = micro[i]
             feats, final_h = self.features(batch, rows[i])  # paid once for all variants
@@ -311,8 +415,12 @@ class Trainer:
                 out.loss.backward()
                 a = acceptance_metrics(out.correct, bl.weights)
                 n = a["n_anchors"]
+                sup = (bl.weights > 0)[..., 1:]
+                slot_hits = (out.correct[..., 1:] & sup).flatten(0, -2).sum(0).tolist()
+                slot_n = sup.flatten(0, -2).sum(0).tolist()
                 sums[v.label] += torch.tensor([out.weighted_loss_sum, batch.num_tokens, a["acc"] * n if n else 0.0,
-                                               a["tau_proxy"] * n if n else 0.0, n], dtype=torch.float64)
+                                               a["tau_proxy"] * n if n else 0.0, n, *slot_hits, *slot_n],
+                                              dtype=torch.float64)
         metrics = {}
         for v in self.variants:
             metrics[v.label] = self._optimizer_step(v, sums[v.label], norms[v.label], world)
@@ -342,8 +450,11 @@ class Trainer:
         v.optimizer.zero_grad(set_to_none=True)
         if v.ema is not None:
             v.ema.update(v.drafter)
-        loss_sum, tokens, acc_n, tau_n, n = sums.tolist()
+        loss_sum, tokens, acc_n, tau_n, n = sums[:5].tolist()
+        hits, sup = sums[5:].view(2, -1)
+        per_slot = [float(h / c) if c else math.nan for h, c in zip(hits.tolist(), sup.tolist())]
         return {
+            "acc_per_slot": per_slot,
             "loss": loss_sum / max(normaliser, 1e-12), "lr": lr, "grad_norm": float(gnorm),
             "acc": acc_n / max(n, 1), "tau_proxy": tau_n / max(n, 1), "tokens": int(tokens), "anchors": int(n),
             "epoch": round(self.stream.epoch_float, 4),
@@ -362,7 +473,11 @@ class Trainer:
         self._trim_metrics()
         if self.step == 0:
             self._log({"step": 0, "kind": "data", **{k: v for k, v in vars(self.data_stats).items()},
-                       "total_steps": self.total_steps, "variants": [v.label for v in self.variants]})
+                       "total_steps": self.total_steps, "variants": [v.label for v in self.variants],
+                       "heldout_sequences": len(self.heldout)})
+            self._log({"step": 0, "kind": "features", "layers": self.feature_stats,
+                       "feature_norm": {v.label: v.cfg.feature_norm for v in self.variants}})
+            self._say(format_feature_stats(self.feature_stats))
         result = TrainResult(step=self.step, total_steps=self.total_steps, stopped="done")
         flag: dict[str, str] = {}
         t0, start_step, self._tokens = time.perf_counter(), self.step, 0
@@ -378,6 +493,7 @@ class Trainer:
                         break
             result.step = self.step
             if result.stopped in ("done", "time"):
+                result.heldout = self.diagnose()
                 evals = self.evaluate()
                 for v in self.variants:
                     rec = result.variants.setdefault(v.label, {})
@@ -414,6 +530,7 @@ class Trainer:
         stop = self._stop(flag, elapsed, start_step, stop_after)
         evals = None
         if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < self.total_steps and not stop:
+            self.diagnose()
             evals = self.evaluate()
         if evals:
             self._track_best(evals)

@@ -187,7 +187,7 @@ def drafter_hidden(
     if noise > 0:  # noise touches only the fc input, never the target's logits or labels
         u = torch.rand(feats.shape, generator=generator, device=feats.device, dtype=feats.dtype)
         feats = feats + (u * 2 - 1) * noise
-    ctx = drafter.hidden_norm(drafter.fc(feats))  # [b, T, d]
+    ctx = drafter.fuse(feats)  # [b, T, d]: hidden_norm(fc(feats * feature_scale))
     block_ids = torch.full((b, A, B), c.mask_token_id, dtype=torch.long, device=feats.device)
     block_ids[..., 0] = batch.input_ids.gather(1, blocks.anchors)
     x = target.model.get_input_embeddings()(block_ids.view(b, A * B)).to(dtype)  # [b, A*B, d]

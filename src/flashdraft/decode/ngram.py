@@ -1,0 +1,167 @@
+"""Prompt lookup (``ngram``): drafts copied from the context, no drafter, no training.
+
+Each round the last n committed tokens (n from ``max_n`` down to ``min_n``) are searched for earlier
+in the context (prompt + output so far); the tokens that followed the most recent earlier occurrence
+are the draft, up to ``k`` of them. This is vLLM's ``ngram`` method and transformers'
+``prompt_lookup_num_tokens``, except that the most recent match is taken (code repeats its latest
+lines more often than its first ones). ``ngram_tree`` verifies several matches at once: the
+continuations of distinct earlier occurrences (longest n first, most recent first) merged as branches
+of one tree, under the same node ``budget`` as DDTree. ``ddtree_ngram`` is the hybrid: a DFlash
+drafter's DDTree with the lookup's chain grafted on, all within one ``budget``.
+
+Losslessness comes from the shared loop (:mod:`flashdraft.decode.speculative`): drafts only decide
+how many target choices one forward yields, never which tokens are emitted.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flashdraft.decode.base import DecodeError, register
+from flashdraft.decode.speculative import DDTreeDecoder, SpeculativeDecoder
+from flashdraft.decode.tree import DraftTree, best_first_tree, chain_tree
+
+
+class PromptLookup:
+    """The drafter protocol (``propose`` / ``reset`` / ``block_size`` / ``target_layer_ids``) over the context.
+
+    ``propose`` returns continuations (lists of token ids), best first, instead of logits.
+    """
+
+    target_layer_ids: list[int] = []  # reads no target features
+
+    def __init__(self, k: int = 7, max_n: int = 3, min_n: int = 1, branches: int = 1):
+        if not 1 <= min_n <= max_n:
+            raise DecodeError(f"prompt lookup needs 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+        if k < 1 or branches < 1:
+            raise DecodeError(f"prompt lookup needs k >= 1 drafted tokens and branches >= 1, got k={k}, branches={branches}")
+        self.k, self.max_n, self.min_n, self.branches = k, max_n, min_n, branches
+        self.block_size = k + 1  # the bonus + k drafts, as a DFlash block
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, tokens: torch.Tensor, new_features=None) -> list[list[int]]:
+        """tokens: [L] committed ids (the bonus last) -> up to ``branches`` distinct continuations."""
+        return lookup(tokens, self.k, self.max_n, self.min_n, self.branches)
+
+
+def lookup(tokens: torch.Tensor, k: int, max_n: int = 3, min_n: int = 1, branches: int = 1) -> list[list[int]]:
+    """Continuations of earlier occurrences of the context's last n-gram (n = max_n .. min_n), best first.
+
+    tokens: [L] long. A continuation is the ``k`` tokens after an earlier occurrence at s (token L + j is
+    copied from s + n + j, from the copy itself past the end, as a repeating period would go on); for
+    ``branches`` = 1 the answer is the most recent occurrence of the longest matching n-gram that has
+    a continuation. Duplicates are dropped; empty list when nothing matches.
+    """
+    L = int(tokens.shape[0])
+    out: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
+    for n in range(min(max_n, L - 1), min_n - 1, -1):
+        windows = tokens[: L - 1].unfold(0, n, 1)  # [L - n, n]: every n-gram that ends before the last token
+        hits = (windows == tokens[L - n :]).all(dim=1).nonzero().flatten().tolist()  # start indices
+        for s in reversed(hits):  # most recent first
+            cont = tokens[s + n : s + n + k].tolist()
+            while len(cont) < k:  # the copy runs into the end: keep copying what it predicted (LZ77-style overlap)
+                cont.append(cont[s + n + len(cont) - L])
+            key = tuple(cont)
+            if cont and key not in seen:
+                seen.add(key)
+                out.append(cont)
+                if len(out) >= branches:
+                    return out
+    return out
+
+
+def merge_branches(root: int, branches: list[list[int]], budget: int, tree: DraftTree | None = None) -> DraftTree:
+    """A tree whose root paths are the given continuations (shared prefixes merged), at most ``budget``
+    drafted nodes in all; with ``tree``, the branches are grafted onto it (in place).
+
+    The first branch is inserted first, so in a new tree it is the spine (the walk's one-batch LM-head rows).
+    """
+    if tree is None:
+        tree = DraftTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0], children=[{}])
+    for cont in branches:
+        node = 0
+        for tok in cont:
+            child = tree.children[node].get(tok)
+            if child is None:
+                if len(tree.tokens) - 1 >= budget:
+                    return tree
+                child = len(tree.tokens)
+                tree.tokens.append(tok)
+                tree.parents.append(node)
+                tree.depths.append(tree.depths[node] + 1)
+                tree.scores.append(0.0)
+                tree.children.append({})
+                tree.children[node][tok] = child
+            node = child
+    return tree
+
+
+@register("ngram")
+class NgramDecoder(SpeculativeDecoder):
+    """Prompt lookup as a chain: up to ``budget`` (default 7) drafts copied from the context per round."""
+
+    needs_drafter = False
+    DEFAULT_K = 7
+    MAX_N, MIN_N = 3, 1
+
+    def __init__(self, target, drafter=None, budget: int | None = None):
+        # a DFlash drafter passed along is not used: the lookup reads the committed tokens only
+        if budget is not None and budget < 1:
+            raise DecodeError(f"--budget must be >= 1 (drafted tokens per round), got {budget}")
+        super().__init__(target, drafter=self.make_lookup(budget), budget=budget)
+
+    def make_lookup(self, budget: int | None) -> PromptLookup:
+        return PromptLookup(k=budget or self.DEFAULT_K, max_n=self.MAX_N, min_n=self.MIN_N)
+
+    def draft_tree(self, root: int, proposals: list[list[int]]) -> DraftTree:
+        return chain_tree(root, proposals[0] if proposals else [])
+
+
+@register("ngram_tree")
+class NgramTreeDecoder(NgramDecoder):
+    """Prompt lookup as a tree: the continuations of several earlier matches, ``budget`` (default 32) nodes."""
+
+    DEFAULT_BUDGET = 32
+
+    def make_lookup(self, budget: int | None) -> PromptLookup:
+        b = budget or self.DEFAULT_BUDGET
+        return PromptLookup(k=self.DEFAULT_K, max_n=self.MAX_N, min_n=self.MIN_N, branches=b)
+
+    def draft_tree(self, root: int, proposals: list[list[int]]) -> DraftTree:
+        return merge_branches(root, proposals, self.budget or self.DEFAULT_BUDGET)
+
+
+class _DrafterWithLookup:
+    """A DFlash drafter whose ``propose`` also returns the prompt-lookup chain: (logits [B-1, V], chains)."""
+
+    def __init__(self, drafter, k: int):
+        self.drafter, self.lookup = drafter, PromptLookup(k=k)
+        self.target_layer_ids, self.block_size = drafter.target_layer_ids, drafter.block_size
+
+    def reset(self) -> None:
+        self.drafter.reset()
+
+    def propose(self, tokens: torch.Tensor, new_features):
+        return self.drafter.propose(tokens, new_features), self.lookup.propose(tokens)
+
+
+@register("ddtree_ngram")
+class HybridTreeDecoder(DDTreeDecoder):
+    """DDTree over the drafter's marginals plus the prompt-lookup chain (B-1 tokens), ``budget`` nodes in all.
+
+    The lookup's nodes are reserved first; the drafter's best-first tree gets the rest of the budget
+    and the lookup chain is grafted onto it (shared prefixes count once).
+    """
+
+    def __init__(self, target, drafter=None, budget: int | None = None):
+        super().__init__(target, drafter=drafter, budget=budget)
+        self.drafter = _DrafterWithLookup(drafter, k=drafter.block_size - 1)
+
+    def draft_tree(self, root: int, proposal) -> DraftTree:
+        logits, chains = proposal
+        look = chains[0][: self.budget] if chains else []
+        tree = best_first_tree(root, torch.log_softmax(logits.float(), dim=-1), max(1, self.budget - len(look)))
+        return merge_branches(root, [look], self.budget, tree) if look else tree
