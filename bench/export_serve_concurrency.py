@@ -85,7 +85,7 @@ def main() -> None:
     target = str(embedded_target_dir())
     levels = [int(x) for x in a.levels.split(",")]
     exported = out / "drafter-vllm"
-    fd("export", a.drafter, "--to", "vllm", "-o", str(exported), "--target-ref", target)
+    fd("export", a.drafter, "--to", "vllm", "-o", str(exported), "--target-ref", target, "--dtype", "bfloat16")
     block = json.loads((exported / "config.json").read_text())["block_size"]
     spec = {"method": "dflash", "model": str(exported.resolve()), "num_speculative_tokens": block - 1}
     ports = free_port(), free_port()
@@ -111,7 +111,7 @@ def main() -> None:
     pred = None
     if not a.skip_model:
         fd("bench", "decode", "--drafter", a.drafter, "--limit", "2", "--max-new-tokens", str(a.max_tokens),
-           "--repeats", "1", "--budgets", str(block - 1), "--dtype", "bfloat16", "-o", str(out / "decode"))
+           "--repeats", "1", "--budgets", str(block - 1), "-o", str(out / "decode"))
         fd("bench", "model", "--profile", "--drafter", a.drafter, "--decode-results", str(out / "decode" / "results.json"),
            "--concurrency", a.levels, "--budgets", str(block - 1), "--profile-repeats", "3", "-o", str(out / "model"))
         pred = json.loads((out / "model" / "model_prediction.json").read_text())

@@ -219,3 +219,16 @@ def test_serve_commands_and_cli(tmp_path, gemma, qwen):
     assert "(vllm)" in r.output and (tmp_path / "imp" / "model.safetensors").is_file()
     r = runner.invoke(app, ["import", str(tmp_path / "nowhere"), "-o", str(tmp_path / "x")])
     assert r.exit_code == 2 and "config.json not found" in " ".join(r.output.split())
+
+
+def test_table_is_made_in_the_serving_dtype(tmp_path, gemma):
+    import copy
+
+    src = make_drafter(tmp_path, gemma, dtype=torch.float32)
+    out = export_drafter(src, "vllm", tmp_path / "v", gemma, serve_dtype="bfloat16").out
+    table = load_file(str(out / "model.safetensors"))["embed_tokens.weight"]
+    bf16 = copy.deepcopy(gemma.model.get_input_embeddings()).to(torch.bfloat16)
+    assert table.dtype == torch.bfloat16 and torch.equal(table, bf16(torch.arange(VOCAB)[None])[0])
+    assert read(out)[0]["torch_dtype"] == "float32"  # the drafter's own weights keep their dtype
+    with pytest.raises(ExportError, match="--dtype 'int8'"):
+        export_drafter(src, "vllm", tmp_path / "w", gemma, serve_dtype="int8")

@@ -6,7 +6,7 @@ which exposes Gemma's intermediate hidden states; eager; bf16), recording every 
 block, the embeddings vLLM's drafter computes for it and its drafts. Checked here:
 
 - speculative output == plain output, token for token;
-- vLLM's spec-decode counters: accepted tokens > 0, acceptance rate within 0.05 of flashdraft's own
+- vLLM's spec-decode counters: accepted tokens > 0, acceptance rate within 0.02 of flashdraft's own
   DFlash decoder on the same prompts (bf16 target);
 - the embeddings the served drafter receives are exactly HF's scaled Gemma embeddings (the raw
   rows differ by sqrt(640) = 25.3: the trap the exported table closes), round by round;
@@ -32,11 +32,10 @@ from flashdraft.models.target import embedded_target_dir, load_target
 
 ASSET = Path(__file__).resolve().parents[2] / "assets" / "gemma-3-270m-dflash-b8"
 PROMPTS = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-           "The three primary colors are",
            "import numpy as np\n\ndef mean_squared_error(y_true, y_pred):\n"]
 MAX_TOKENS = 32
-ACCEPTANCE_TOLERANCE = 0.05
-DRAFT_AGREEMENT = 0.95  # share of rounds whose drafts equal flashdraft's (bf16 kernels differ slightly)
+ACCEPTANCE_TOLERANCE = 0.02
+DRAFT_AGREEMENT = 1.0  # every round: measured 82/82 on this CPU (an unscaled embedding gave 328/332)
 
 pytestmark = pytest.mark.embedded
 
@@ -45,7 +44,7 @@ pytestmark = pytest.mark.embedded
 def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vllm_export")
     target = load_target("gemma-3-270m", dtype="bfloat16")
-    out = export_drafter(ASSET, "vllm", tmp / "drafter", target, str(embedded_target_dir())).out
+    out = export_drafter(ASSET, "vllm", tmp / "drafter", target, str(embedded_target_dir()), serve_dtype="bfloat16").out
     prompts = [target.encode(p) for p in PROMPTS]
     (tmp / "prompts.json").write_text(json.dumps(prompts))
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
@@ -99,16 +98,18 @@ def test_served_drafter_gets_scaled_embeddings_and_proposes_flashdraft_drafts(se
     emb = target.model.get_input_embeddings()
     rounds = _rounds(res, prompts)
     assert len(rounds) == len(embeds) >= len(prompts)
+    feats = {}
+    for k, p in enumerate(prompts):  # causal target: the features of a prefix are a prefix of these
+        seq = torch.tensor(p + res["spec"]["outputs"][k])
+        n = torch.arange(seq.numel())
+        _, feats[k] = target_forward(target, new_cache(), seq, n, n[:, None] >= n[None, :], drafter.target_layer_ids)
     agree = 0
     for (k, start, ids, drafts, seq), e in zip(rounds, embeds):
         q = torch.tensor(ids)
         assert q[0] == seq[start] and (q[1:] == drafter.mask_token_id).all()  # [bonus, MASK x (B-1)]
         assert torch.equal(e, emb(q[None])[0].float())  # exactly HF's scaled rows
         assert not torch.allclose(e, emb.weight[q].float(), rtol=0.1)  # not the raw rows
-        s = torch.tensor(seq[: start + 1])
-        n = torch.arange(start)
-        _, feats = target_forward(target, new_cache(), s[:-1], n, n[:, None] >= n[None, :], drafter.target_layer_ids)
         drafter.reset()
-        ours = drafter.propose(s, feats).argmax(-1).tolist()
+        ours = drafter.propose(torch.tensor(seq[: start + 1]), feats[k][:start]).argmax(-1).tolist()
         agree += ours == drafts
     assert agree >= DRAFT_AGREEMENT * len(rounds), f"{agree}/{len(rounds)} rounds with identical drafts"

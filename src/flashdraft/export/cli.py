@@ -29,6 +29,8 @@ def export(
                                              "(default: the resolved target folder)."),
     modeling_file: Optional[Path] = typer.Option(None, help="z-lab's dflash.py to place next to the weights "
                                                  "(for AutoModel trust_remote_code)."),
+    dtype: Optional[str] = typer.Option(None, help="dtype the server runs (a shipped embedding table is made in it; "
+                                        "default: the drafter's)."),
 ) -> None:
     """Write a trained drafter in a format vLLM, SGLang, speculators or the z-lab code loads unchanged."""
     from flashdraft.export.formats import ExportError, export_drafter
@@ -39,7 +41,7 @@ def export(
     try:
         tgt = load_target(target)
         ref = target_ref or resolve_target_path(target)
-        rep = export_drafter(drafter, to, out, tgt, ref, modeling_file)
+        rep = export_drafter(drafter, to, out, tgt, ref, modeling_file, dtype)
     except (ExportError, DrafterError, TargetError) as e:
         _fail(e)
     _say(f"wrote {rep.out} ({rep.format})")

@@ -42,6 +42,7 @@ class Source:
     path: Path
     config: DFlashConfig
     tensors: dict[str, torch.Tensor]
+    serve_dtype: torch.dtype = torch.bfloat16  # the dtype the server runs (a shipped embedding table's)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -114,9 +115,10 @@ def _zlab_config(src: Source) -> dict:
 def _embed_table(src: Source, quirks: TargetQuirks, target: Target, notes: list[str]) -> dict[str, torch.Tensor]:
     if not quirks.embed_transform:
         return {}
-    notes.append(f"shipped embed_tokens.weight [{target.vocab_size}, {target.hidden_size}] {src.dtype}: the target's "
-                 "embedding module output (vLLM keeps it separate, so every model_impl feeds what training saw)")
-    return {"embed_tokens.weight": served_embedding_table(target, src.dtype)}
+    dtype = src.serve_dtype
+    notes.append(f"shipped embed_tokens.weight [{target.vocab_size}, {target.hidden_size}] {dtype}: the target's "
+                 f"embedding module output run in {dtype} (vLLM keeps it separate, so every model_impl feeds what HF feeds)")
+    return {"embed_tokens.weight": served_embedding_table(target, dtype)}
 
 
 @register_exporter
@@ -229,9 +231,17 @@ class ExportReport:
 
 
 def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Target, target_ref: str | None = None,
-                   modeling_file: str | Path | None = None) -> ExportReport:
-    """Write the drafter folder ``src_dir`` in format ``fmt`` to ``out`` (atomically) for ``target``."""
+                   modeling_file: str | Path | None = None, serve_dtype: str | None = None) -> ExportReport:
+    """Write the drafter folder ``src_dir`` in format ``fmt`` to ``out`` (atomically) for ``target``;
+    ``serve_dtype`` (default: the drafter's own dtype) is the dtype a shipped embedding table is made in."""
     src = read_source(src_dir)
+    if serve_dtype is not None:
+        dt = getattr(torch, serve_dtype, None)
+        if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+            raise ExportError(f"--dtype {serve_dtype!r} is not a floating torch dtype; use bfloat16, float16 or float32")
+        src.serve_dtype = dt
+    else:
+        src.serve_dtype = src.dtype
     arch = ARCHITECTURES.get(src.config.architectures[0] if src.config.architectures else "")
     if arch is None:
         raise ExportError(f"{src_dir}: architectures {src.config.architectures} is not one flashdraft exports "
