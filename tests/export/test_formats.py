@@ -232,3 +232,31 @@ def test_table_is_made_in_the_serving_dtype(tmp_path, gemma):
     assert read(out)[0]["torch_dtype"] == "float32"  # the drafter's own weights keep their dtype
     with pytest.raises(ExportError, match="--dtype 'int8'"):
         export_drafter(src, "vllm", tmp_path / "w", gemma, serve_dtype="int8")
+
+
+def test_serve_bench_reads_real_vllm_metrics(tmp_path):
+    """/metrics text captured from a vLLM 0.32 CPU server serving an exported drafter
+    (bench/export_serve_concurrency.py): counters end in _total, carry labels, and have _created twins."""
+    import asyncio
+    from pathlib import Path
+
+    import httpx
+
+    from flashdraft.bench.serve_bench import spec_counters
+
+    text = (Path(__file__).with_name("data") / "vllm032_spec_metrics.txt").read_text()
+
+    def handler(request):
+        return httpx.Response(200, text=text)
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+            return await spec_counters(c, "http://x/v1")
+
+    got = asyncio.run(go())
+    want = {}
+    for line in text.splitlines():
+        for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            if line.startswith(f"vllm:spec_decode_{k}_total{{"):
+                want[k] = float(line.rsplit(" ", 1)[1])
+    assert got == want and set(want) == {"num_drafts", "num_draft_tokens", "num_accepted_tokens"}
