@@ -31,6 +31,12 @@ def _register() -> None:
     app.command(name="run")(run)
     app.add_typer(bench_app, name="bench")
 
+    from flashdraft.export.cli import export, import_, serve_cmd
+
+    app.command(name="export")(export)
+    app.command(name="import")(import_)
+    app.command(name="serve-cmd")(serve_cmd)
+
 
 _register()
 

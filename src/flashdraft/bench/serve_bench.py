@@ -28,7 +28,14 @@ class ServeBenchError(ValueError):
 
 
 def vllm_commands(target: str, drafter: str | None, block_size: int = 16, port: int = 8000) -> list[str]:
-    """The command lines a user would run for the baseline and the speculative (DFlash) servers."""
+    """The command lines a user would run for the baseline and the speculative (DFlash) servers
+    (for a folder written by ``flashdraft export``: the commands ``flashdraft serve-cmd`` prints)."""
+    if drafter and (Path(drafter) / "config.json").is_file():
+        from flashdraft.export.serve import serve_commands
+
+        cmds = serve_commands(drafter, target, port=port)
+        if "vllm" in cmds:
+            return [cmds["vllm_baseline"], cmds["vllm"]]
     spec = json.dumps({"method": "dflash", "model": drafter or "DRAFTER_DIR", "num_speculative_tokens": block_size - 1})
     return [f"vllm serve {target} --port {port}",
             f"vllm serve {target} --port {port + 1} --speculative-config '{spec}'"]

@@ -409,6 +409,9 @@ class DFlashDrafter(nn.Module):
         state: dict[str, torch.Tensor] = {}
         for f in files:
             state.update(load_file(str(f)))
+        # Served formats may ship the target's token embeddings pre-scaled (``flashdraft export``
+        # --to vllm/speculators); flashdraft always borrows the target's own embedding module.
+        state.pop("embed_tokens.weight", None)
         own = drafter.state_dict()
         missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
         if missing or unexpected:

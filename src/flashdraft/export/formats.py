@@ -1,0 +1,275 @@
+"""Exporters, one per (architecture, format), and the ``export_drafter`` entry point.
+
+An exporter validates first (a format that cannot express the drafter raises :class:`ExportError`
+naming the field and the fix, before any file is written), then returns the files; the folder is
+written atomically. Registered for ``dflash``: ``zlab``, ``vllm``, ``speculators``, ``sglang``. An
+EAGLE-3 drafter plugs in by registering ``("eagle3", "vllm")`` etc. with :func:`register_exporter`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from flashdraft.export.conventions import CONVENTIONS
+from flashdraft.export.quirks import TargetQuirks, measure_quirks, served_embedding_table
+from flashdraft.io import atomic_replace_dir
+from flashdraft.models.dflash import DFlashConfig, DFlashDrafter
+from flashdraft.models.target import Target
+
+MANIFEST = "flashdraft_export.json"
+ARCHITECTURES = {"DFlashDraftModel": "dflash"}  # config.json architectures[0] -> registry key
+# Target families whose HF embedding transform SGLang also applies inside its embedding module
+# (read in SGLang's gemma3_causal.py); SGLang's DFlash model cannot carry its own table.
+SGLANG_EMBED_IN_MODULE = {"gemma3_text", "gemma3"}
+
+
+class ExportError(ValueError):
+    """A drafter a format cannot express, or bad export input; the message names both and the fix."""
+
+
+@dataclass
+class Source:
+    """A flashdraft drafter folder as read from disk: config and raw tensors (dtype kept)."""
+
+    path: Path
+    config: DFlashConfig
+    tensors: dict[str, torch.Tensor]
+    serve_dtype: torch.dtype = torch.bfloat16  # the dtype the server runs (a shipped embedding table's)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tensors["fc.weight"].dtype
+
+
+@dataclass
+class Exported:
+    config: dict
+    tensors: dict[str, torch.Tensor]
+    notes: list[str] = field(default_factory=list)
+    extra_files: dict[str, bytes] = field(default_factory=dict)
+
+
+class Exporter(ABC):
+    architecture = "dflash"
+    format = ""
+    description = ""
+
+    @abstractmethod
+    def build(self, src: Source, quirks: TargetQuirks, target: Target, target_ref: str) -> Exported:
+        """Validate and return the files (raise ExportError before returning if not expressible)."""
+
+
+EXPORTERS: dict[tuple[str, str], Exporter] = {}
+
+
+def register_exporter(cls: type[Exporter]) -> type[Exporter]:
+    EXPORTERS[(cls.architecture, cls.format)] = cls()
+    return cls
+
+
+def formats_for(architecture: str) -> list[str]:
+    return sorted(f for a, f in EXPORTERS if a == architecture)
+
+
+def read_source(path: str | Path) -> Source:
+    path = Path(path)
+    cfg = DFlashDrafter.load_config(path)
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ExportError(f"no .safetensors weights in {path}; pass a drafter folder written by `flashdraft train`")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        tensors.update(load_file(str(f)))
+    tensors.pop("embed_tokens.weight", None)  # a served copy of the target's table, rebuilt on export
+    return Source(path, cfg, tensors)
+
+
+def _body(src: Source) -> dict[str, torch.Tensor]:
+    """The drafter's own weights (and the reduced-vocabulary head and maps when it has them)."""
+    return {k: v.contiguous() for k, v in src.tensors.items()}
+
+
+def _reject_reduced_vocab(src: Source, fmt: str, reader: str) -> None:
+    if src.config.draft_vocab_size is not None:
+        raise ExportError(
+            f"drafter {src.path} has a reduced draft vocabulary (draft_vocab_size {src.config.draft_vocab_size}, "
+            f"own lm_head + d2t), which the {fmt} format cannot express: {reader} always scores with the target's "
+            "LM head. Export it with --to vllm or --to speculators, or train it without --draft-vocab")
+
+
+def _zlab_config(src: Source) -> dict:
+    cfg = src.config.model_dump(mode="json")
+    cfg["tie_word_embeddings"] = False
+    cfg["torch_dtype"] = str(src.dtype).removeprefix("torch.")
+    return cfg
+
+
+def _embed_table(src: Source, quirks: TargetQuirks, target: Target, notes: list[str]) -> dict[str, torch.Tensor]:
+    if not quirks.embed_transform:
+        return {}
+    dtype = src.serve_dtype
+    notes.append(f"shipped embed_tokens.weight [{target.vocab_size}, {target.hidden_size}] {dtype}: the target's "
+                 f"embedding module output run in {dtype} (vLLM keeps it separate, so every model_impl feeds what HF feeds)")
+    return {"embed_tokens.weight": served_embedding_table(target, dtype)}
+
+
+@register_exporter
+class ZLabExporter(Exporter):
+    format = "zlab"
+    description = "z-lab DFlash (trust_remote_code auto_map dflash.DFlashDraftModel, dflash_config, block_size)"
+
+    def build(self, src, quirks, target, target_ref):
+        _reject_reduced_vocab(src, "z-lab", "z-lab's DFlashDraftModel")
+        notes = ["z-lab code embeds with target.model.embed_tokens (HF module): no embedding table shipped"]
+        return Exported(_zlab_config(src), _body(src), notes)
+
+
+@register_exporter
+class SGLangExporter(Exporter):
+    format = "sglang"
+    description = "SGLang --speculative-algorithm DFLASH (z-lab files; SGLang captures before layer id + 1)"
+
+    def build(self, src, quirks, target, target_ref):
+        _reject_reduced_vocab(src, "SGLang", "SGLang's DFlashDraftModel (no embedding, no LM head)")
+        if quirks.embed_transform and quirks.family not in SGLANG_EMBED_IN_MODULE:
+            raise ExportError(
+                f"target family {quirks.family!r} transforms its token embeddings (scale {quirks.embed_scale}) and "
+                "SGLang's DFlash drafter cannot ship its own table, so it is not known to see what it was trained "
+                "with; serve it with vLLM (--to vllm ships the table) or check SGLang's embedding module for this family")
+        notes = ["SGLang's DFlash drafter borrows the target's embedding module"]
+        if quirks.embed_transform:
+            notes.append(f"SGLang's {quirks.family} applies the embedding scale inside its module (fp32 factor; HF rounds "
+                         "it to the weight dtype): the drafter sees scaled rows")
+        return Exported(_zlab_config(src), _body(src), notes)
+
+
+@register_exporter
+class VLLMExporter(Exporter):
+    format = "vllm"
+    description = "vLLM speculative_config method='dflash' (explicit aux ids, draft_vocab_size + d2t, own embed table)"
+
+    def build(self, src, quirks, target, target_ref):
+        cfg = _zlab_config(src)
+        ids = src.config.target_layer_ids
+        cfg["eagle_aux_hidden_state_layer_ids"] = CONVENTIONS["vllm"].to_file(ids)
+        notes = [f"layer ids: dflash_config.target_layer_ids {ids} (z-lab) = eagle_aux_hidden_state_layer_ids "
+                 f"{cfg['eagle_aux_hidden_state_layer_ids']} (vLLM: input of layer j)"]
+        lt = src.config.layer_types
+        if "sliding_attention" in lt and "full_attention" in lt:
+            notes.append("mixed sliding/full layers: vLLM needs VLLM_USE_V2_MODEL_RUNNER=1 (serve-cmd adds it)")
+        tensors = _body(src)
+        if src.config.draft_vocab_size is not None:
+            notes.append(f"reduced vocabulary: lm_head [{src.config.draft_vocab_size}, d] + d2t (vLLM ignores t2d)")
+        tensors.update(_embed_table(src, quirks, target, notes))
+        return Exported(cfg, tensors, notes)
+
+
+SPEC_TOP = ("architectures", "auto_map", "block_size", "dflash_config", "draft_vocab_size", "target_hidden_size",
+            "torch_dtype")
+
+
+@register_exporter
+class SpeculatorsExporter(Exporter):
+    format = "speculators"
+    description = "vllm-project/speculators (speculators_config, transformer_layer_config, aux ids = z-lab + 1)"
+
+    def build(self, src, quirks, target, target_ref):
+        c = src.config
+        lt = c.layer_types
+        if "sliding_attention" in lt and "full_attention" in lt:
+            raise ExportError(
+                f"drafter {src.path} mixes sliding (causal) and full (bidirectional) layers {lt}; the speculators format "
+                "has one switch (sliding_window_non_causal) for all layers, so vLLM would run some layers with the "
+                "wrong mask. Export with --to vllm or --to zlab instead")
+        zl = _zlab_config(src)
+        layer_cfg = {k: v for k, v in zl.items() if k not in SPEC_TOP}
+        inner_extra = {k: v for k, v in zl["dflash_config"].items() if k not in ("mask_token_id", "target_layer_ids")}
+        if inner_extra:
+            layer_cfg["dflash_config"] = inner_extra
+        tc = target.config
+        cfg = {
+            "architectures": ["DFlashDraftModel"],
+            "speculators_model_type": "dflash",
+            "speculators_version": "0.3.0",
+            "transformer_layer_config": layer_cfg,
+            "draft_vocab_size": c.draft_vocab_size or c.vocab_size,
+            "target_hidden_size": c.target_hidden_size,
+            "block_size": c.block_size,
+            "aux_hidden_state_layer_ids": CONVENTIONS["speculators"].to_file(c.target_layer_ids),
+            "mask_token_id": c.mask_token_id,
+            "sample_from_anchor": False,
+            "sliding_window_non_causal": "sliding_attention" not in lt,
+            "speculators_config": {
+                "algorithm": "dflash",
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": c.block_size - 1}],
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": target_ref, "architectures": list(getattr(tc, "architectures", None) or [])},
+            },
+            "torch_dtype": zl["torch_dtype"],
+        }
+        notes = [f"aux_hidden_state_layer_ids {cfg['aux_hidden_state_layer_ids']} = z-lab ids {c.target_layer_ids} + 1",
+                 "embedding and LM head are not shipped unless needed (speculators fills them from the verifier)"]
+        tensors = _body(src)
+        tensors.update(_embed_table(src, quirks, target, notes))
+        return Exported(cfg, tensors, notes)
+
+
+@dataclass
+class ExportReport:
+    out: Path
+    format: str
+    notes: list[str]
+    quirks: TargetQuirks
+
+
+def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Target, target_ref: str | None = None,
+                   modeling_file: str | Path | None = None, serve_dtype: str | None = None) -> ExportReport:
+    """Write the drafter folder ``src_dir`` in format ``fmt`` to ``out`` (atomically) for ``target``;
+    ``serve_dtype`` (default: the drafter's own dtype) is the dtype a shipped embedding table is made in."""
+    src = read_source(src_dir)
+    if serve_dtype is not None:
+        dt = getattr(torch, serve_dtype, None)
+        if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+            raise ExportError(f"--dtype {serve_dtype!r} is not a floating torch dtype; use bfloat16, float16 or float32")
+        src.serve_dtype = dt
+    else:
+        src.serve_dtype = src.dtype
+    arch = ARCHITECTURES.get(src.config.architectures[0] if src.config.architectures else "")
+    if arch is None:
+        raise ExportError(f"{src_dir}: architectures {src.config.architectures} is not one flashdraft exports "
+                          f"(known: {sorted(ARCHITECTURES)})")
+    exporter = EXPORTERS.get((arch, fmt))
+    if exporter is None:
+        raise ExportError(f"no exporter for a {arch} drafter to format {fmt!r}; choose one of {formats_for(arch)}")
+    if Path(out).resolve() == Path(src_dir).resolve():
+        raise ExportError(f"--out {out} is the source folder; choose a new folder")
+    try:
+        DFlashDrafter.from_pretrained(src.path).check_fits(target)
+    except ValueError as e:
+        raise ExportError(f"drafter {src_dir} does not fit target {target.name}: {e}") from None
+    quirks = measure_quirks(target)
+    files = exporter.build(src, quirks, target, target_ref or target.name)
+    notes = quirks.notes + files.notes
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        (tmp / "config.json").write_text(json.dumps(files.config, indent=2) + "\n")
+        save_file(files.tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if modeling_file is not None:
+            shutil.copyfile(modeling_file, tmp / "dflash.py")
+        manifest = dict(format=fmt, architecture=arch, source=str(src.path), target=target_ref or target.name,
+                        quirks=quirks.to_dict(), notes=notes)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        atomic_replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ExportReport(out, fmt, notes, quirks)

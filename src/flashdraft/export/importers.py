@@ -1,0 +1,191 @@
+"""``flashdraft import``: published DFlash drafters (z-lab, vLLM-style, speculators) into flashdraft's folder.
+
+The result is a plain flashdraft drafter folder (config.json + model.safetensors) that ``bench
+decode``, ``run`` and ``train --init-from`` load. Tensors keep their dtype and bits; a shipped
+embedding table or verifier copies (re-derived from the target at run time) are dropped; layer ids
+are translated to flashdraft's convention (see :mod:`flashdraft.export.conventions`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from flashdraft.export.conventions import CONVENTIONS, ConventionError
+from flashdraft.export.formats import MANIFEST, ExportError
+from flashdraft.io import atomic_replace_dir
+from flashdraft.models.dflash import DFlashConfig, DFlashDrafter
+from flashdraft.models.target import Target, default_target_layer_ids
+
+# Weights a served checkpoint may carry that flashdraft re-derives from the target.
+DERIVED = ("embed_tokens.weight", "verifier_lm_head.weight", "verifier_norm.weight")
+EXPORT_ONLY_KEYS = ("eagle_aux_hidden_state_layer_ids",)
+
+
+class ImportError_(ExportError):
+    """A checkpoint that cannot become a flashdraft drafter; the message names the field and the fix."""
+
+
+def _read(src: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    p = src / "config.json"
+    if not p.is_file():
+        raise ImportError_(f"{p} not found; pass a checkpoint folder with config.json and *.safetensors")
+    files = sorted(src.glob("*.safetensors"))
+    if not files:
+        raise ImportError_(f"no .safetensors weights in {src} (.bin checkpoints: convert them to safetensors first)")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        tensors.update(load_file(str(f)))
+    return json.loads(p.read_text()), tensors
+
+
+def detect_format(cfg: dict) -> str:
+    if "speculators_model_type" in cfg:
+        return "speculators"
+    if "eagle_aux_hidden_state_layer_ids" in cfg:
+        return "vllm"
+    return "zlab"
+
+
+def _rope_theta(cfg: dict) -> None:
+    rp = cfg.pop("rope_parameters", None)
+    if isinstance(rp, dict):
+        if rp.get("rope_type", "default") != "default":
+            raise ImportError_(f"rope_parameters {rp}: flashdraft drafters use default RoPE only")
+        cfg.setdefault("rope_theta", rp.get("rope_theta", 1_000_000.0))
+    if cfg.get("rope_scaling"):
+        raise ImportError_(f"rope_scaling {cfg['rope_scaling']}: flashdraft drafters use default RoPE only")
+
+
+def zlab_config(cfg: dict, target: Target | None, mask_token_id: int | None) -> dict:
+    """Normalise a z-lab / vLLM-style DFlash config.json (older and newer layouts) to flashdraft's."""
+    cfg = {k: v for k, v in cfg.items() if k not in EXPORT_ONLY_KEYS}
+    inner = dict(cfg.get("dflash_config") or {})
+    if "block_size" not in cfg and "block_size" in inner:
+        cfg["block_size"] = inner.pop("block_size")
+    if mask_token_id is not None:
+        inner["mask_token_id"] = mask_token_id
+    if "mask_token_id" not in inner:
+        raise ImportError_("config.json has no dflash_config.mask_token_id (older z-lab checkpoints added <|MASK|> "
+                           "to the tokenizer); pass --mask-token-id with that token's id in the target vocabulary")
+    if "num_target_layers" not in cfg:
+        if target is None:
+            raise ImportError_("config.json has no num_target_layers; pass --target so it is read from the target")
+        cfg["num_target_layers"] = target.num_layers
+    if "target_layer_ids" not in inner:  # z-lab's default rule, before the field existed
+        inner["target_layer_ids"] = default_target_layer_ids(cfg["num_target_layers"], cfg["num_hidden_layers"])
+    cfg["dflash_config"] = inner
+    cfg.setdefault("target_hidden_size", cfg.get("hidden_size"))
+    _rope_theta(cfg)
+    return cfg
+
+
+def _check_vllm_ids(raw: dict) -> None:
+    aux = raw.get("eagle_aux_hidden_state_layer_ids")
+    ids = (raw.get("dflash_config") or {}).get("target_layer_ids")
+    if aux is not None and ids is not None and CONVENTIONS["vllm"].from_file(aux) != list(ids):
+        raise ImportError_(
+            f"eagle_aux_hidden_state_layer_ids {aux} (vLLM: input of layer j) and dflash_config.target_layer_ids {ids} "
+            "(z-lab: output of layer i) disagree; they must differ by exactly 1. Fix one of them")
+
+
+def speculators_config(raw: dict) -> dict:
+    """A speculators DFlash config.json -> flashdraft's config dict."""
+    if raw.get("speculators_model_type") != "dflash":
+        raise ImportError_(f"speculators_model_type {raw.get('speculators_model_type')!r}: only 'dflash' imports")
+    if raw.get("sample_from_anchor"):
+        raise ImportError_("sample_from_anchor is true: block slot 0 is drafted, flashdraft's slot 0 is the known "
+                           "anchor; such a drafter cannot be run as a DFlash block drafter here")
+    layer = dict(raw.get("transformer_layer_config") or {})
+    if not layer:
+        raise ImportError_("speculators config has no transformer_layer_config")
+    lt = layer.get("layer_types") or []
+    if "sliding_attention" in lt and raw.get("sliding_window_non_causal", True):
+        raise ImportError_("sliding layers marked non-causal (sliding_window_non_causal true): flashdraft runs "
+                           "sliding layers causally, as trained; retrain or set the field to false if they are causal")
+    try:
+        ids = CONVENTIONS["speculators"].from_file(raw["aux_hidden_state_layer_ids"])
+    except KeyError:
+        raise ImportError_("speculators config has no aux_hidden_state_layer_ids") from None
+    except ConventionError as e:
+        raise ImportError_(str(e)) from None
+    inner = dict(layer.pop("dflash_config", None) or {})
+    inner.update(mask_token_id=raw["mask_token_id"], target_layer_ids=ids)
+    cfg = {"architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"}}
+    cfg.update(block_size=raw.get("block_size", 8), dflash_config=inner)
+    cfg.update(layer)
+    vocab = layer.get("vocab_size")
+    dv = raw.get("draft_vocab_size")
+    cfg["draft_vocab_size"] = dv if dv is not None and dv != vocab else None
+    cfg["target_hidden_size"] = raw.get("target_hidden_size") or layer.get("hidden_size")
+    if "torch_dtype" in raw:
+        cfg["torch_dtype"] = raw["torch_dtype"]
+    _rope_theta(cfg)
+    return cfg
+
+
+def _weights(tensors: dict[str, torch.Tensor], cfg: DFlashConfig, notes: list[str]) -> dict[str, torch.Tensor]:
+    out = {}
+    for k, v in tensors.items():
+        k = k.removeprefix("model.")
+        if k in DERIVED:
+            notes.append(f"dropped {k} (flashdraft borrows the target's embedding / head)")
+            continue
+        if k == "lm_head.weight" and cfg.draft_vocab_size is None:
+            notes.append("dropped a full-vocabulary lm_head.weight (flashdraft borrows the target's LM head)")
+            continue
+        out[k] = v.contiguous()
+    if cfg.draft_vocab_size is not None and "t2d" not in out and "d2t" in out:
+        ids = out["d2t"].long() + torch.arange(out["d2t"].numel())
+        t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+        t2d[ids] = True
+        out["t2d"] = t2d
+    return out
+
+
+def import_drafter(src: str | Path, out: str | Path, fmt: str = "auto", target: Target | None = None,
+                   mask_token_id: int | None = None) -> tuple[Path, str, list[str]]:
+    """Convert the checkpoint folder ``src`` (``fmt``: auto, zlab, vllm, sglang, speculators) into a
+    flashdraft drafter folder ``out``; with ``target``, the fit is checked. Returns (out, format, notes)."""
+    src, out = Path(src), Path(out)
+    raw, tensors = _read(src)
+    fmt = detect_format(raw) if fmt == "auto" else fmt
+    if fmt in ("zlab", "vllm", "sglang"):
+        _check_vllm_ids(raw)
+        d = zlab_config(raw, target, mask_token_id)
+    elif fmt == "speculators":
+        d = speculators_config(raw)
+    else:
+        raise ImportError_(f"unknown format {fmt!r}; use auto, zlab, vllm, sglang or speculators")
+    dtype = d.pop("torch_dtype", None)
+    try:
+        cfg = DFlashConfig.model_validate(d)
+    except ValueError as e:
+        raise ImportError_(f"{src}/config.json does not describe a DFlash drafter flashdraft runs: {e}") from None
+    notes: list[str] = []
+    state = _weights(tensors, cfg, notes)
+    dump = cfg.model_dump(mode="json")
+    if dtype is not None:
+        dump["torch_dtype"] = dtype
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        (tmp / "config.json").write_text(json.dumps(dump, indent=2) + "\n")
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        try:
+            drafter = DFlashDrafter.from_pretrained(tmp)  # structure check: names and shapes match the config
+            if target is not None:
+                drafter.check_fits(target)
+        except ValueError as e:
+            raise ImportError_(f"{src} does not load as a flashdraft drafter: {e}") from None
+        atomic_replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if (src / MANIFEST).is_file():
+        notes.append(f"source was written by flashdraft export ({MANIFEST})")
+    return out, fmt, notes
