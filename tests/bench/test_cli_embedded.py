@@ -30,7 +30,8 @@ def test_decode_then_model_on_gemma(gemma_drafter, tmp_path):
     assert "no chat template" in res.output
     saved = json.loads((dec / "results.json").read_text())
     rows = saved["sets"]["humaneval@T=0"]
-    assert set(rows) == {"ar", "random-b4/dflash", "random-b4/ddtree@2", "random-b4/chain@2"}
+    assert set(rows) == {"ar", "random-b4/dflash", "random-b4/ddtree@2", "random-b4/chain@2",
+                         "ngram", "ngram_tree@2", "random-b4/ddtree_ngram@2"}
     assert all(s["identical_to_ar"] == 1 for s in rows.values())
     assert (dec / "table.md").is_file() and len(list(dec.glob("*.png"))) == 2
 
@@ -41,7 +42,7 @@ def test_decode_then_model_on_gemma(gemma_drafter, tmp_path):
     assert res.exit_code == 0, res.output
     assert "predicted vs measured" in res.output and "within 15%" in res.output
     pred = json.loads((mod / "model_prediction.json").read_text())
-    assert {v["variant"] for v in pred["validation"]} == {"dflash", "ddtree@2", "chain@2"}
+    assert {v["variant"] for v in pred["validation"]} == {"dflash", "ddtree@2", "chain@2", "ddtree_ngram@2"}
     assert (mod / "model.png").read_bytes()[:4] == b"\x89PNG"
 
 
