@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flashdraft.mix.learned import LearnedClassifier, structural_label
+from flashdraft.mix.learned import LearnedClassifier
 from flashdraft.mix import features as F
 from flashdraft.mix.records import to_sample
 
@@ -115,7 +115,7 @@ def main() -> None:
             rules_fig = figures
         if name.startswith("learned"):
             lofo = figures
-            print(f"| family | domain | n | accuracy | most frequent error |\n|---|---|---:|---:|---|")
+            print("| family | domain | n | accuracy | most frequent error |\n|---|---|---:|---:|---|")
             for (f, d), (n, c) in per:
                 errs = Counter(p for g, p, ff in zip(gold, pr, fams) if ff == f and g == d and p != g)
                 top = ", ".join(f"{k} {v}" for k, v in errs.most_common(2))

@@ -79,15 +79,22 @@ def formats_for(architecture: str) -> list[str]:
     return sorted(f for a, f in EXPORTERS if a == architecture)
 
 
-def read_source(path: str | Path) -> Source:
-    path = Path(path)
-    cfg = DFlashDrafter.load_config(path)
+def load_tensors(path: Path, error=ExportError) -> dict[str, torch.Tensor]:
+    """Every tensor of the ``*.safetensors`` files in the folder ``path`` (``error`` raised when there are none)."""
     files = sorted(path.glob("*.safetensors"))
     if not files:
-        raise ExportError(f"no .safetensors weights in {path}; pass a drafter folder written by `flashdraft train`")
+        raise error(f"no .safetensors weights in {path}; pass a drafter folder written by `flashdraft train` "
+                    "(.bin checkpoints: convert them to safetensors first)")
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         tensors.update(load_file(str(f)))
+    return tensors
+
+
+def read_source(path: str | Path) -> Source:
+    path = Path(path)
+    cfg = DFlashDrafter.load_config(path)
+    tensors = load_tensors(path)
     tensors.pop("embed_tokens.weight", None)  # a served copy of the target's table, rebuilt on export
     return Source(path, cfg, tensors)
 

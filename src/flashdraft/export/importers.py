@@ -14,10 +14,10 @@ import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
-from flashdraft.export.formats import MANIFEST, ExportError
+from flashdraft.export.formats import MANIFEST, ExportError, load_tensors
 from flashdraft.io import atomic_replace_dir
 from flashdraft.models.dflash import DFlashConfig, DFlashDrafter
 from flashdraft.models.target import Target, default_target_layer_ids
@@ -35,13 +35,7 @@ def _read(src: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     p = src / "config.json"
     if not p.is_file():
         raise ImportError_(f"{p} not found; pass a checkpoint folder with config.json and *.safetensors")
-    files = sorted(src.glob("*.safetensors"))
-    if not files:
-        raise ImportError_(f"no .safetensors weights in {src} (.bin checkpoints: convert them to safetensors first)")
-    tensors: dict[str, torch.Tensor] = {}
-    for f in files:
-        tensors.update(load_file(str(f)))
-    return json.loads(p.read_text()), tensors
+    return json.loads(p.read_text()), load_tensors(src, ImportError_)
 
 
 def detect_format(cfg: dict) -> str:

@@ -127,8 +127,10 @@ class RuleClassifier:
             "code_line_ratio": round(code_lines / lines, 3),
             "code_lines": code_lines,
             "prog_lang_words": p_prog + ask.count("c++") + ask.count("C++") + ask.count("C#"),
-            "latex_cmds": len(S.TEX_COMMAND.findall(text)) + len(S.INLINE_MATH.findall(text)),
-            "arith_exprs": len(S.ARITH.findall(text)),
+            # (each pattern is skipped where a character every one of its matches needs is absent)
+            "latex_cmds": (len(S.TEX_COMMAND.findall(text)) if "\\" in text else 0)
+                          + (len(S.INLINE_MATH.findall(text)) if "$" in text or "\\" in text or ":math:" in text else 0),
+            "arith_exprs": len(S.ARITH.findall(text)) if digits or "<<" in text else 0,
             "math_words": p_math + r_math + len(S.MATH_PHRASES.findall(text)),
             "digit_ratio": round(digits / max(1, len(text)), 3),
             "schema_hits": len(S.SCHEMA.findall(text)),
