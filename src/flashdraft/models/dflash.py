@@ -197,6 +197,7 @@ class DFlashDrafter(nn.Module):
         self.norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
         # [K * target_hidden] per-channel input scale of fc; ones when loaded (folded into fc.weight on save)
         self.register_buffer("feature_scale", torch.ones(self.fc.in_features), persistent=False)
+        self._has_scale = False  # whether feature_scale differs from ones (set_feature_scale)
         if cfg.draft_vocab_size is not None:
             self.lm_head = nn.Linear(d, cfg.draft_vocab_size, bias=False)
             self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
@@ -223,13 +224,9 @@ class DFlashDrafter(nn.Module):
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Context vectors of target features [..., K * H] -> [..., d]: hidden_norm(fc(features * feature_scale))."""
         x = features.to(self.fc.weight.dtype)
-        if self._scaled:
+        if self._has_scale:
             x = x * self.feature_scale.to(x.dtype)
         return self.hidden_norm(self.fc(x))
-
-    @property
-    def _scaled(self) -> bool:
-        return bool(getattr(self, "_has_scale", False))
 
     @torch.no_grad()
     def set_feature_scale(self, scale: torch.Tensor, keep_function: bool = True) -> None:
@@ -384,7 +381,7 @@ class DFlashDrafter(nn.Module):
         cfg["torch_dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        if self._scaled:  # fold the feature scale: fc(x * s) == (W * s) x
+        if self._has_scale:  # fold the feature scale: fc(x * s) == (W * s) x
             state["fc.weight"] = (self.fc.weight.detach().float() * self.feature_scale[None, :]).to(
                 self.fc.weight.dtype).contiguous().cpu()
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
