@@ -23,7 +23,7 @@ import warnings
 import torch
 from transformers import AutoModelForCausalLM, NemotronHConfig, Qwen3_5TextConfig, Qwen3Config
 
-from flashdraft.bench.profile import MixerTimer, median_ms
+from flashdraft.bench.profile import median_ms, median_recurrent_ms
 from flashdraft.decode.tree import best_first_tree
 from flashdraft.models.forward import compact_cache, new_cache, target_forward
 from flashdraft.models.target import wrap_model
@@ -85,12 +85,7 @@ def measure(target, budgets, context: int, repeats: int, warmup: int, sharpness:
                 restore()
 
             row["in_order_ms"] = median_ms(in_order, repeats, warmup)
-            times = []
-            for _ in range(repeats):
-                with MixerTimer(target) as mt:
-                    exact()
-                times.append(mt.seconds * 1e3)
-            row["recurrent_ms"] = sorted(times)[len(times) // 2]
+            row["recurrent_ms"] = median_recurrent_ms(target, exact, repeats, warmup=0)  # exact() ran warm above
         out[B] = row
     return out
 

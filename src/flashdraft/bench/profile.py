@@ -59,6 +59,17 @@ def median_ms(fn, repeats: int, warmup: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def median_recurrent_ms(target, fn, repeats: int, warmup: int) -> float:
+    """Median time in ms that ``fn()`` spends inside the target's recurrent mixers (:class:`MixerTimer`)."""
+    times = []
+    for i in range(warmup + repeats):
+        with MixerTimer(target) as mt:
+            fn()
+        if i >= warmup:
+            times.append(mt.seconds)
+    return statistics.median(times) * 1e3
+
+
 @torch.no_grad()
 def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), head_rows=None,
                   budgets=(1, 4, 8, 16, 32, 64, 128), context: int = 128, repeats: int = 5, warmup: int = 1,
@@ -95,15 +106,7 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
 
         body[len(tr)] = median_ms(verify, repeats, warmup)
         if hybrid:
-            with MixerTimer(target) as mt:
-                verify()
-            times = []
-            for _ in range(repeats):
-                mt.seconds = 0.0
-                with mt:
-                    verify()
-                times.append(mt.seconds)
-            recurrent[len(tr)] = statistics.median(times) * 1e3
+            recurrent[len(tr)] = median_recurrent_ms(target, verify, repeats, warmup=1)
 
     hidden = torch.randn(max(head_rows), target.hidden_size, generator=g).to(dev, target.dtype)
     head = {m: median_ms(lambda m=m: lm_logits(target, hidden[:m]), repeats, warmup) for m in head_rows}
