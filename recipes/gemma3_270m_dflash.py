@@ -171,11 +171,11 @@ def main() -> None:
         results["train_steps"], results["train_stopped"] = res.step, res.stopped
         log(f"train: {res.step} steps in {minutes['train']:.1f} min ({res.stopped})")
     if "eval" in stages:
-        from flashdraft.models.dflash import DFlashDrafter
+        from flashdraft.models.drafter import load_drafter
         from flashdraft.train.evaluate import evaluate_tau
 
         t0 = time.perf_counter()
-        drafter = DFlashDrafter.from_pretrained(out / a.run_name / "drafter", target)
+        drafter = load_drafter(out / a.run_name / "drafter", target)
         for method, budget in (("dflash", None), ("ddtree", a.ddtree_budget)):
             r = evaluate_tau(target, drafter, he, a.eval_tokens, method, budget)
             results[method] = r

@@ -104,6 +104,10 @@ class OracleDrafter:
     def __init__(self, target: Target, block_size: int = 8, margin: float = 20.0):
         self.target, self.block_size, self.margin = target, block_size, margin
 
+    @property
+    def max_depth(self) -> int:
+        return self.block_size - 1
+
     def reset(self) -> None:
         pass
 
@@ -137,6 +141,10 @@ class ScriptedDrafter:
     def __init__(self, vocab_size: int, prompt_len: int, reference: list[int], block_size: int = 8, corrupt_every: int = 5):
         self.vocab_size, self.prompt_len, self.reference = vocab_size, prompt_len, reference
         self.block_size, self.corrupt_every = block_size, corrupt_every
+
+    @property
+    def max_depth(self) -> int:
+        return self.block_size - 1
 
     def reset(self) -> None:
         pass

@@ -18,7 +18,7 @@ def main() -> None:
 
 def _register() -> None:
     from flashdraft.bench.cli import app as bench_app
-    from flashdraft.decode.cli import run
+    from flashdraft.decode.cli import decode
     from flashdraft.generate.cli import generate
     from flashdraft.mix.cli import app as mix_app
     from flashdraft.train.cli import train
@@ -26,9 +26,10 @@ def _register() -> None:
 
     app.command(name="generate")(generate)
     app.add_typer(mix_app, name="mix")
-    app.command(name="features")(features)
+    app.command(name="features", help="Train stage: cache the target's features for offline training (see train --features).")(features)
     app.command(name="train")(train)
-    app.command(name="run")(run)
+    app.command(name="decode")(decode)
+    app.command(name="run", help="Alias of decode.")(decode)
     app.add_typer(bench_app, name="bench")
 
     from flashdraft.export.cli import export, import_, serve_cmd

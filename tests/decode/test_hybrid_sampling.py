@@ -21,7 +21,7 @@ class LawDrafter:
     (computed once for the fixed prompt): drafts are often accepted at T = 1, siblings cover the rest."""
 
     target_layer_ids: list[int] = []
-    block_size = 3
+    max_depth = 2  # two draft positions
 
     def __init__(self, target):
         m = target.model

@@ -236,7 +236,7 @@ def test_table_is_made_in_the_serving_dtype(tmp_path, gemma):
 
 def test_serve_bench_reads_real_vllm_metrics(tmp_path):
     """/metrics text captured from a vLLM 0.32 CPU server serving an exported drafter
-    (bench/export_serve_concurrency.py): counters end in _total, carry labels, and have _created twins."""
+    (experiments/export_serve_concurrency.py): counters end in _total, carry labels, and have _created twins."""
     import asyncio
     from pathlib import Path
 

@@ -78,7 +78,7 @@ def test_acceptance_matches_flashdraft(served):
         g = dec.generate(p, MAX_TOKENS)
         rounds += len(g.stats.taus)
         acc += sum(t - 1 for t in g.stats.taus)
-    ours = acc / (rounds * (drafter.block_size - 1))
+    ours = acc / (rounds * drafter.max_depth)
     assert abs(accepted / drafts - ours) <= ACCEPTANCE_TOLERANCE, (accepted / drafts, ours)
 
 

@@ -1,7 +1,7 @@
 """Runs vLLM (CPU build) on token prompts: plain greedy, then with an exported DFlash drafter.
 
 vLLM spawns workers, so this is a real file with a ``__main__`` guard, run as a subprocess by
-``test_vllm_serve.py`` and ``bench/export_vllm_check.py``. The engine core runs in this process
+``test_vllm_serve.py`` and ``experiments/export_vllm_check.py``. The engine core runs in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so a small hook on vLLM's DFlash model records, every
 round, the query block it is given (ids, positions), the embeddings it computes for them and the
 drafts it proposes. Writes one JSON file.

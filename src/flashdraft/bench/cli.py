@@ -47,14 +47,14 @@ def decode(
     from flashdraft.bench.plots import decode_plots
     from flashdraft.decode.base import DecodeError
     from flashdraft.io import atomic_write_text
-    from flashdraft.models.dflash import DFlashDrafter, DrafterError
+    from flashdraft.models.drafter import DrafterError, load_drafter
     from flashdraft.models.target import TargetError, load_target
 
     torch.set_num_threads(threads)
     try:
         sets = dict(load_prompt_set(p, limit) for p in prompts)
         tgt = load_target(target, dtype=dtype)
-        drafters = {Path(d).name: DFlashDrafter.from_pretrained(d, tgt) for d in drafter}
+        drafters = {Path(d).name: load_drafter(d, tgt) for d in drafter}
         console.print("prompting: plain continuation of the raw prompt (no chat template, no thinking)")
         res = run_decode_bench(tgt, drafters, sets, _ints(budgets), [float(t) for t in temperatures.split(",")],
                                max_new_tokens, repeats, out,

@@ -202,6 +202,11 @@ class CostModelInput(Section):
             raise ValueError("give exactly one of `measured` (profiled costs) or `roofline` (hardware figures)")
         return self
 
+    @property
+    def max_depth(self) -> int:
+        """Deepest draft a round can accept: the block's slots after the bonus token."""
+        return self.block_size - 1
+
 
 class CostModel:
     """Predicts per-round times and speedups from a :class:`CostModelInput`."""
@@ -245,13 +250,13 @@ class CostModel:
 
     def tree(self, bs: int, budget: int, tau: float) -> dict:
         # head rows the walk scores: the measured spine length, else its upper bound (a full-depth spine)
-        spine = self.inp.acceptance.tree_spine.get(budget, min(budget, self.inp.block_size - 1) + 1)
+        spine = self.inp.acceptance.tree_spine.get(budget, min(budget, self.inp.max_depth) + 1)
         t = self.round_ms(bs, budget, spine)
         return dict(method="ddtree", budget=budget, tau=tau, round_ms=t, speedup=tau * self.ar_ms(bs) / t)
 
     def predict(self) -> dict:
         """Rows per (concurrency, method, budget); the best choice per concurrency; where speculation stops paying."""
-        acc, g_max = self.inp.acceptance, self.inp.block_size - 1
+        acc, g_max = self.inp.acceptance, self.inp.max_depth
         rows, best = [], []
         for bs in self.inp.concurrency:
             cand = []

@@ -37,7 +37,7 @@ class ChainControl(DFlashDecoder):
 
     def __init__(self, target, drafter, gamma: int):
         super().__init__(target, drafter=drafter)
-        self.gamma = max(1, min(gamma, drafter.block_size - 1))
+        self.gamma = max(1, min(gamma, drafter.max_depth))
 
     @property
     def max_depth(self) -> int:
@@ -96,7 +96,7 @@ def variants(target, drafters: dict, budgets: list[int], ngram: bool = True) -> 
     ngram, ngram_tree@b (prompt lookup; its chain as long as the first drafter's), <drafter>/ddtree_ngram@b."""
     out = {"ar": build_decoder("ar", target)}
     if ngram:
-        k = next(iter(drafters.values())).block_size - 1 if drafters else None
+        k = next(iter(drafters.values())).max_depth if drafters else None
         out["ngram"] = build_decoder("ngram", target, budget=k)
         for b in budgets:
             out[f"ngram_tree@{b}"] = build_decoder("ngram_tree", target, budget=b)
@@ -144,7 +144,7 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     decs = variants(target, drafters, budgets, ngram=ngram)
-    results = dict(target=target.name, drafters={k: {"block_size": d.block_size} for k, d in drafters.items()},
+    results = dict(target=target.name, drafters={k: {"block_size": d.max_depth + 1} for k, d in drafters.items()},
                    budgets=budgets, temperatures=temperatures, max_new_tokens=max_new_tokens, repeats=repeats,
                    prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
                    chain_control="DFlash restricted to min(budget, B-1) drafts (same verified tokens up to B-1)",

@@ -48,7 +48,7 @@ def acceptance_from_decode(results: dict) -> tuple[Acceptance, int, dict]:
 
 def validate_batch1(cm: CostModel, rows: dict) -> list[dict]:
     """Predicted (profiled costs + measured tau) vs measured speedup at batch 1 for every measured variant."""
-    out, g_max = [], cm.inp.block_size - 1
+    out, g_max = [], cm.inp.max_depth
     for v, s in rows.items():
         if v == "ar" or v.startswith("ngram"):  # prompt lookup has no drafter pass to price
             continue
@@ -169,12 +169,12 @@ def run_model_command(input, preset, profile, target, drafter, decode_results, h
 
 def _profiled_input(target_spec: str, drafter_dir, dec: dict | None, console, opts: dict) -> CostModelInput:
     from flashdraft.bench.profile import profile_costs
-    from flashdraft.models.dflash import DFlashDrafter, DrafterError
+    from flashdraft.models.drafter import DrafterError, load_drafter
     from flashdraft.models.target import TargetError, load_target
 
     try:
         tgt = load_target(target_spec)
-        d = DFlashDrafter.from_pretrained(drafter_dir, tgt) if drafter_dir else None
+        d = load_drafter(drafter_dir, tgt) if drafter_dir else None
     except (DrafterError, TargetError) as e:
         raise ModelCmdError(str(e)) from None
     console.print(f"profiling {target_spec} (batch 1) ...")
@@ -183,5 +183,5 @@ def _profiled_input(target_spec: str, drafter_dir, dec: dict | None, console, op
         target=ModelTarget(name=target_spec, layers=tgt.num_layers, hidden=tgt.hidden_size,
                            drafter_layers=d.cfg.num_hidden_layers if d else 1),
         measured=costs, acceptance=Acceptance.synthetic() if dec is None else Acceptance(),
-        block_size=d.block_size if d else 16, concurrency=[1], budgets=[4, 8, 16, 32, 64, 128],
+        block_size=d.max_depth + 1 if d else 16, concurrency=[1], budgets=[4, 8, 16, 32, 64, 128],
     )

@@ -1,4 +1,4 @@
-"""``bench model --profile``: measure the cost-model inputs on this machine (see bench/verify_cost.py).
+"""``bench model --profile``: measure the cost-model inputs on this machine (see experiments/verify_cost.py).
 
 Times (median after warm-up, batch 1, on a warm KV cache of ``context`` tokens): the target body over
 n tokens (tree mask), the LM head over m rows, one drafter pass, the host tree build + mask per
@@ -83,7 +83,7 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
     _, feats = target_forward(target, cache, ctx, torch.arange(context, device=dev),
                               torch.ones(context, context, dtype=torch.bool, device=dev).tril(),
                               list(drafter.target_layer_ids) if drafter is not None else [])
-    depth = drafter.block_size - 1 if drafter is not None else 15
+    depth = drafter.max_depth if drafter is not None else 15
     head_rows = head_rows or sorted({1, (depth + 1) // 2, depth + 1})  # the walk scores the spine: 1 .. depth + 1 rows
 
     def tree_of(n_nodes: int):
@@ -143,7 +143,7 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
 
     draft_ms, block = 0.0, 16
     if drafter is not None:
-        block = drafter.block_size
+        block = drafter.max_depth + 1
         tokens = torch.cat([ctx, ctx[-1:]])
 
         def draft():

@@ -97,9 +97,8 @@ def register(name: str):
 
 
 def build_decoder(method: str, target, drafter=None, budget: int | None = None) -> Decoder:
-    """The decoder registered as ``method`` for ``target`` (and ``drafter`` / tree ``budget`` where used)."""
-    from flashdraft.decode import ngram, speculative  # noqa: F401  (registers the methods)
-
+    """The decoder registered as ``method`` for ``target`` (and ``drafter`` / tree ``budget`` where used);
+    the methods are registered by importing :mod:`flashdraft.decode`, which every import of this module does."""
     if method not in DECODERS:
         raise DecodeError(f"unknown decoding method {method!r}; choose one of: {', '.join(sorted(DECODERS))}")
     return DECODERS[method].create(target, drafter=drafter, budget=budget)

@@ -1,4 +1,4 @@
-"""``flashdraft run``: decode one prompt with AR, DFlash, DDTree or prompt lookup (ngram) and print text, tau and tokens/s."""
+"""``flashdraft decode`` (alias ``run``): decode one prompt with a registered method and print text, tau and tokens/s."""
 
 from __future__ import annotations
 
@@ -8,20 +8,22 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from flashdraft.config import ConfigError
-from flashdraft.decode.base import DecodeError
+from flashdraft.config import ConfigError, load_with_sets
+from flashdraft.decode import DECODERS, DecodeError
 from flashdraft.decode.config import DecodeConfig
-from flashdraft.models.dflash import DrafterError
+from flashdraft.models.drafter import DrafterError, drafter_families
 from flashdraft.models.target import TargetError
 
 console = Console()
+METHODS_HELP = " | ".join(sorted(DECODERS)) + " (ar and ngram* need no drafter)"
 
 
-def run(
+def decode(
     prompt: str = typer.Argument(..., help="Text to continue (tokenised with the target's tokenizer)."),
     target: Optional[str] = typer.Option(None, help="gemma-3-270m (embedded default), a .gguf file, an HF folder or id."),
-    drafter: Optional[Path] = typer.Option(None, help="DFlash drafter folder (z-lab format); needed by dflash/ddtree."),
-    method: Optional[str] = typer.Option(None, help="ar | dflash | ddtree | ngram (prompt lookup, no drafter) | ngram_tree | ddtree_ngram (DDTree + lookup chain)"),
+    drafter: Optional[Path] = typer.Option(
+        None, help=f"Drafter folder (config.json architectures: {', '.join(drafter_families())}); needed by drafter methods."),
+    method: Optional[str] = typer.Option(None, help=METHODS_HELP),
     budget: Optional[int] = typer.Option(None, help="Drafted nodes per round: ddtree / ngram_tree (default 32), ngram chain length (default 7)."),
     temperature: Optional[float] = typer.Option(None, help="0 = greedy; > 0 = lossless sampling."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),
@@ -29,19 +31,20 @@ def run(
     dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 | float16"),
     compare_ar: bool = typer.Option(False, "--compare-ar", help="Also decode with AR: speedup and token identity."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML with the same field names; flags override it."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="key=value over the config (repeatable), e.g. --set device=cuda"),
 ) -> None:
     """Decode one prompt; print the text, tau (tokens per target forward) and tokens/s."""
-    from flashdraft.decode.base import build_decoder
-    from flashdraft.models.dflash import DFlashDrafter
+    from flashdraft.decode import build_decoder
+    from flashdraft.models.drafter import load_drafter
     from flashdraft.models.target import load_target
 
     try:
-        cfg = DecodeConfig.load(
-            config, target=target, drafter=str(drafter) if drafter else None, method=method, budget=budget,
+        cfg = load_with_sets(
+            DecodeConfig, config, sets, target=target, drafter=str(drafter) if drafter else None, method=method, budget=budget,
             temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype,
         )
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
-        d = DFlashDrafter.from_pretrained(cfg.drafter, tgt) if cfg.drafter else None
+        d = load_drafter(cfg.drafter, tgt) if cfg.drafter else None
         dec = build_decoder(cfg.method, tgt, d, budget=cfg.budget)
         ids = tgt.encode(prompt)
         res = dec.generate(ids, cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed)

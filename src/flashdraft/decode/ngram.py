@@ -23,7 +23,7 @@ from flashdraft.decode.tree import DraftTree, best_first_tree, chain_tree
 
 
 class PromptLookup:
-    """The drafter protocol (``propose`` / ``reset`` / ``block_size`` / ``target_layer_ids``) over the context.
+    """The drafter protocol (``propose`` / ``reset`` / ``max_depth`` / ``target_layer_ids``) over the context.
 
     ``propose`` returns continuations (lists of token ids), best first, instead of logits.
     """
@@ -36,7 +36,7 @@ class PromptLookup:
         if k < 1 or branches < 1:
             raise DecodeError(f"prompt lookup needs k >= 1 drafted tokens and branches >= 1, got k={k}, branches={branches}")
         self.k, self.max_n, self.min_n, self.branches = k, max_n, min_n, branches
-        self.block_size = k + 1  # the bonus + k drafts, as a DFlash block
+        self.max_depth = k  # k drafts after the bonus
 
     def reset(self) -> None:
         pass
@@ -139,7 +139,7 @@ class _DrafterWithLookup:
 
     def __init__(self, drafter, k: int):
         self.drafter, self.lookup = drafter, PromptLookup(k=k)
-        self.target_layer_ids, self.block_size = drafter.target_layer_ids, drafter.block_size
+        self.target_layer_ids, self.max_depth = drafter.target_layer_ids, drafter.max_depth
 
     def reset(self) -> None:
         self.drafter.reset()
@@ -150,7 +150,7 @@ class _DrafterWithLookup:
 
 @register("ddtree_ngram")
 class HybridTreeDecoder(DDTreeDecoder):
-    """DDTree over the drafter's marginals plus the prompt-lookup chain (B-1 tokens), ``budget`` nodes in all.
+    """DDTree over the drafter's marginals plus the prompt-lookup chain (max_depth tokens), ``budget`` nodes in all.
 
     The lookup's nodes are reserved first; the drafter's best-first tree gets the rest of the budget
     and the lookup chain is grafted onto it (shared prefixes count once).
@@ -158,7 +158,7 @@ class HybridTreeDecoder(DDTreeDecoder):
 
     def __init__(self, target, drafter=None, budget: int | None = None):
         super().__init__(target, drafter=drafter, budget=budget)
-        self.drafter = _DrafterWithLookup(drafter, k=drafter.block_size - 1)
+        self.drafter = _DrafterWithLookup(drafter, k=drafter.max_depth)
 
     def draft_tree(self, root: int, proposal) -> DraftTree:
         logits, chains = proposal

@@ -66,7 +66,7 @@ class SpeculativeDecoder(Decoder):
 
     @property
     def max_depth(self) -> int:
-        return 0 if self.drafter is None else self.drafter.block_size - 1
+        return 0 if self.drafter is None else self.drafter.max_depth
 
     def draft_tree(self, root: int, draft_logits: torch.Tensor | None) -> DraftTree:
         raise NotImplementedError

@@ -35,7 +35,7 @@ def export(
     """Write a trained drafter in a format vLLM, SGLang, speculators or the z-lab code loads unchanged."""
     from flashdraft.export.formats import ExportError, export_drafter
     from flashdraft.export.serve import serve_commands
-    from flashdraft.models.dflash import DrafterError
+    from flashdraft.models.drafter import DrafterError
     from flashdraft.models.target import TargetError, load_target, resolve_target_path
 
     try:

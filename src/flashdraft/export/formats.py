@@ -22,6 +22,7 @@ from flashdraft.export.conventions import CONVENTIONS
 from flashdraft.export.quirks import TargetQuirks, measure_quirks, served_embedding_table
 from flashdraft.io import atomic_replace_dir
 from flashdraft.models.dflash import DFlashConfig, DFlashDrafter
+from flashdraft.models.drafter import load_drafter
 from flashdraft.models.target import Target
 
 MANIFEST = "flashdraft_export.json"
@@ -259,7 +260,7 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
     if Path(out).resolve() == Path(src_dir).resolve():
         raise ExportError(f"--out {out} is the source folder; choose a new folder")
     try:
-        DFlashDrafter.from_pretrained(src.path).check_fits(target)
+        load_drafter(src.path).check_fits(target)
     except ValueError as e:
         raise ExportError(f"drafter {src_dir} does not fit target {target.name}: {e}") from None
     quirks = measure_quirks(target)

@@ -19,7 +19,8 @@ from safetensors.torch import save_file
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
 from flashdraft.export.formats import MANIFEST, ExportError, load_tensors
 from flashdraft.io import atomic_replace_dir
-from flashdraft.models.dflash import DFlashConfig, DFlashDrafter
+from flashdraft.models.dflash import DFlashConfig
+from flashdraft.models.drafter import load_drafter
 from flashdraft.models.target import Target, default_target_layer_ids
 
 # Weights a served checkpoint may carry that flashdraft re-derives from the target.
@@ -172,7 +173,7 @@ def import_drafter(src: str | Path, out: str | Path, fmt: str = "auto", target: 
         (tmp / "config.json").write_text(json.dumps(dump, indent=2) + "\n")
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         try:
-            drafter = DFlashDrafter.from_pretrained(tmp)  # structure check: names and shapes match the config
+            drafter = load_drafter(tmp)  # structure check: names and shapes match the config
             if target is not None:
                 drafter.check_fits(target)
         except ValueError as e:

@@ -12,7 +12,7 @@ Decision order:
    or numbers in the question, agent an action or an observation, tool_calling a schema or a call); with ``abstain_below`` > 0, a top
    probability under it gives **other** (calibrated abstention).
 
-The shipped head (``data/head.npz``) is trained by ``bench/mix_lofo.py`` on ``data/pool.jsonl`` and
+The shipped head (``data/head.npz``) is trained by ``experiments/mix_lofo.py`` on ``data/pool.jsonl`` and
 ``data/dev_set.jsonl``; its metadata holds the leave-one-family-out confusion matrix that
 `mix report` uses to correct domain shares.
 """
@@ -265,7 +265,7 @@ class LearnedClassifier:
     def load(cls, path: str | Path | None = None, **kw) -> "LearnedClassifier":
         p = Path(path) if path else DEFAULT_HEAD
         if not p.is_file():
-            raise MixError(f"learned head {p} does not exist; build it with `python bench/mix_lofo.py --save {p}` "
+            raise MixError(f"learned head {p} does not exist; build it with `python experiments/mix_lofo.py --save {p}` "
                            "or use --method rules")
         try:
             with np.load(p) as z:
@@ -273,4 +273,4 @@ class LearnedClassifier:
                 return cls(head["classes"], head["names"], z["w"], z["b"], z["scale"], meta=head.get("meta"), **kw)
         except (KeyError, ValueError, OSError) as e:
             raise MixError(f"{p} is not a learned head saved by flashdraft ({e}); rebuild it with "
-                           "bench/mix_lofo.py --save") from None
+                           "experiments/mix_lofo.py --save") from None

@@ -36,14 +36,16 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb
 
+from torch.utils.checkpoint import checkpoint
+
 from flashdraft.io import atomic_replace_dir
+from flashdraft.models.dflash_masks import flex_training_mask, training_mask
+from flashdraft.models.draft_vocab import DraftVocab
+from flashdraft.models.drafter import DrafterError, register_drafter
 from flashdraft.models.target import Target, TargetError, check_target_layer_ids
 
 LayerType = Literal["full_attention", "sliding_attention"]
-
-
-class DrafterError(ValueError):
-    """A drafter that does not fit its target or cannot be loaded; the message names both sides."""
+__all__ = ["DFlashConfig", "DFlashDrafter", "DrafterError", "attend", "rope_cos_sin"]
 
 
 class DFlashInner(BaseModel):
@@ -115,11 +117,18 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: to
     return emb.cos().to(dtype)[None], emb.sin().to(dtype)[None]
 
 
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """RoPE tables for per-row positions [b, n] -> cos, sin [b, n, head_dim]."""
+    b, n = positions.shape
+    cos, sin = rope_cos_sin(positions.flatten(), head_dim, theta, dtype)  # [1, b*n, hd]
+    return cos.view(b, n, head_dim), sin.view(b, n, head_dim)
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, gqa: bool) -> torch.Tensor:
     """Attention of q [b, h, q, hd] over k, v [b, kv_heads, n, hd]; ``mask`` is a dense bool mask
     (True = visible, SDPA), None (all visible), or a flex-attention ``BlockMask`` (training on GPUs)."""
     if mask is not None and not isinstance(mask, torch.Tensor):
-        from flashdraft.train.flex import flex_attend
+        from flashdraft.models.dflash_masks import flex_attend
 
         return flex_attend(q, k, v, mask, gqa)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
@@ -184,8 +193,10 @@ class DFlashLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+@register_drafter("DFlashDraftModel")
 class DFlashDrafter(nn.Module):
-    """DFlash drafter; :meth:`propose` is the inference step used by the DFlash and DDTree decoders."""
+    """DFlash drafter (a :class:`~flashdraft.models.drafter.Drafter`): :meth:`propose` is the inference
+    step of the chain and tree decoders, :meth:`train_hidden` the training forward over many blocks."""
 
     def __init__(self, cfg: DFlashConfig):
         super().__init__()
@@ -198,10 +209,10 @@ class DFlashDrafter(nn.Module):
         # [K * target_hidden] per-channel input scale of fc; ones when loaded (folded into fc.weight on save)
         self.register_buffer("feature_scale", torch.ones(self.fc.in_features), persistent=False)
         self._has_scale = False  # whether feature_scale differs from ones (set_feature_scale)
+        self.vocab: DraftVocab | None = None  # reduced draft vocabulary: buffers d2t [Vd], t2d [vocab]
         if cfg.draft_vocab_size is not None:
             self.lm_head = nn.Linear(d, cfg.draft_vocab_size, bias=False)
-            self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
-            self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
+            self.vocab = DraftVocab(self, cfg.vocab_size, cfg.draft_vocab_size)
         self._target: Target | None = None
         self._ctx_cache: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.reset_parameters()
@@ -220,6 +231,11 @@ class DFlashDrafter(nn.Module):
     @property
     def block_size(self) -> int:
         return self.cfg.block_size
+
+    @property
+    def max_depth(self) -> int:
+        """Draft positions per block: the bonus token takes slot 0 of B."""
+        return self.cfg.block_size - 1
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Context vectors of target features [..., K * H] -> [..., d]: hidden_norm(fc(features * feature_scale))."""
@@ -248,6 +264,21 @@ class DFlashDrafter(nn.Module):
         """Weights were just loaded from a (folded) file: the buffer goes back to ones (same function)."""
         self.feature_scale.fill_(1.0)
         self._has_scale = False
+
+    def feature_scale_state(self) -> dict[str, torch.Tensor]:
+        """What a training checkpoint keeps to resume the scaled form exactly (the saved fc.weight is folded)."""
+        return {"fc_weight": self.fc.weight.detach().clone(), "feature_scale": self.feature_scale.clone()}
+
+    @torch.no_grad()
+    def restore_feature_scale(self, state: dict, scale: torch.Tensor) -> None:
+        """Just loaded folded weights: back to the training form in ``state`` (:meth:`feature_scale_state`),
+        or, when the checkpoint has none, to ``scale`` keeping the function."""
+        self.reset_feature_scale_after_load()
+        if "fc_weight" in state and "feature_scale" in state:
+            self.fc.weight.copy_(state["fc_weight"])
+            self.set_feature_scale(state["feature_scale"], keep_function=False)
+        else:
+            self.set_feature_scale(scale, keep_function=True)
 
     @property
     def target_layer_ids(self) -> list[int]:
@@ -306,27 +337,20 @@ class DFlashDrafter(nn.Module):
     def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
         """Use the target ids ``token_ids`` [Vd] as the draft vocabulary: fill d2t/t2d and start the
         drafter's ``lm_head`` from the target's LM-head rows of those ids (same logits there)."""
-        ids = torch.as_tensor(token_ids, dtype=torch.long).flatten().sort().values.to(self.d2t.device)
-        if self.cfg.draft_vocab_size is None or ids.numel() != self.cfg.draft_vocab_size:
-            raise DrafterError(f"{ids.numel()} draft ids for a drafter with draft_vocab_size {self.cfg.draft_vocab_size}")
-        if ids.unique().numel() != ids.numel() or not 0 <= int(ids[0]) <= int(ids[-1]) < self.cfg.vocab_size:
-            raise DrafterError(f"draft ids must be distinct target ids in 0..{self.cfg.vocab_size - 1}")
-        self.d2t.copy_(ids - torch.arange(ids.numel(), device=ids.device))
-        self.t2d.zero_()
-        self.t2d[ids] = True
+        if self.vocab is None:
+            n = torch.as_tensor(token_ids).numel()
+            raise DrafterError(f"{n} draft ids for a drafter with draft_vocab_size None; build it with draft_vocab")
+        ids = self.vocab.set(token_ids)
         w = self.target.model.get_output_embeddings().weight
         self.lm_head.weight.copy_(w.index_select(0, ids.to(w.device)).to(self.lm_head.weight))
 
     def draft_token_ids(self) -> torch.Tensor:
         """Target ids of the draft vocabulary, in draft-id order -> [Vd] long."""
-        return self.d2t + torch.arange(self.d2t.numel(), device=self.d2t.device)
+        return self.vocab.token_ids()
 
     def t2d_index(self) -> torch.Tensor:
         """Target id -> draft id (-1 where the draft vocabulary lacks it) -> [vocab] long."""
-        idx = torch.full((self.cfg.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)
-        ids = self.draft_token_ids()
-        idx[ids] = torch.arange(ids.numel(), device=ids.device)
-        return idx
+        return self.vocab.index()
 
     def check_fits(self, target: Target) -> None:
         """Refuse a target whose width, vocabulary, depth or mask token do not match this drafter."""
@@ -433,10 +457,7 @@ class DFlashDrafter(nn.Module):
 
         if self.cfg.draft_vocab_size is None:
             return lm_logits(self.target, h)
-        small = self.lm_head(h).float()  # [m, draft_vocab]
-        full = small.new_full((h.shape[0], self.cfg.vocab_size), float("-inf"))
-        full[:, self.draft_token_ids()] = small
-        return full
+        return self.vocab.to_target_logits(self.lm_head(h).float())  # [m, draft_vocab] -> [m, vocab]
 
     def block_mask(self, layer_type: str, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         """Inference visibility: full layers see everything; sliding layers are causal and windowed."""
@@ -484,3 +505,53 @@ class DFlashDrafter(nn.Module):
             x = layer(x, rope_x, (k_new, v_new), self.block_mask(layer.layer_type, q_pos, k_pos))
         h = self.norm(x)[0, 1:]  # [B - 1, d]
         return self.logits(h)
+
+    # ---- training ---------------------------------------------------------------------------
+
+    def train_hidden(
+        self,
+        features: torch.Tensor,
+        input_ids: torch.Tensor,
+        doc_ids: torch.Tensor,
+        positions: torch.Tensor,
+        anchors: torch.Tensor,
+        noise: float = 0.0,
+        checkpoint_layers: bool = False,
+        generator: torch.Generator | None = None,
+        attention: str = "sdpa",
+    ) -> torch.Tensor:
+        """Drafter outputs for every slot of the blocks opened at ``anchors`` -> [b, A, B, d] (after the final norm).
+
+        features: [b, T, K * H] target features; input_ids, doc_ids (-1 = padding), positions (inside
+        the document): [b, T]; anchors: [b, A] indices into T. Each block is [token at the anchor,
+        MASK x (B-1)], shaped exactly like :meth:`propose`'s, and sees the visibility of
+        :func:`~flashdraft.models.dflash_masks.training_mask`. ``noise``: uniform +-noise on the fc input
+        only; ``attention``: "sdpa" (dense bool masks) or "flex" (``BlockMask``, GPU).
+        """
+        c, B = self.cfg, self.block_size
+        target = self.target  # raises if unbound
+        dtype = next(self.parameters()).dtype
+        b, A = anchors.shape
+        feats = features.to(dtype)  # [b, T, K * H]
+        if noise > 0:  # noise touches only the fc input, never the target's logits or labels
+            u = torch.rand(feats.shape, generator=generator, device=feats.device, dtype=feats.dtype)
+            feats = feats + (u * 2 - 1) * noise
+        ctx = self.fuse(feats)  # [b, T, d]: hidden_norm(fc(feats * feature_scale))
+        block_ids = torch.full((b, A, B), c.mask_token_id, dtype=torch.long, device=feats.device)  # [b, A, B]
+        block_ids[..., 0] = input_ids.gather(1, anchors)
+        x = target.model.get_input_embeddings()(block_ids.view(b, A * B)).to(dtype)  # [b, A*B, d]
+        q_pos = (positions.gather(1, anchors)[..., None] + torch.arange(B, device=x.device)).view(b, A * B)  # [b, A*B]
+        rope_x = rope_tables(q_pos, c.head_dim, c.rope_theta, dtype)
+        rope_c = rope_tables(positions, c.head_dim, c.rope_theta, dtype)
+        mask_fn = flex_training_mask if attention == "flex" else training_mask  # same visibility, BlockMask or dense
+        masks = {lt: mask_fn(anchors, doc_ids, positions, B, lt, c.sliding_window) for lt in set(c.layer_types)}
+
+        def run_layer(layer, x, ctx):
+            return layer(x, rope_x, layer.self_attn.kv(ctx, *rope_c), masks[layer.layer_type])
+
+        for layer in self.layers:
+            if checkpoint_layers and torch.is_grad_enabled():
+                x = checkpoint(run_layer, layer, x, ctx, use_reentrant=False)
+            else:
+                x = run_layer(layer, x, ctx)
+        return self.norm(x).view(b, A, B, -1)  # [b, A, B, d]

@@ -15,6 +15,7 @@ from its parent, and :func:`compact_cache` then keeps the state of the accepted 
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache
@@ -194,3 +195,29 @@ def documentwise_forward(target: Target, ids: torch.Tensor, doc: torch.Tensor, p
             features[r, sel] = torch.cat([f[0] for f in feats], dim=-1)
             final[r, sel] = out.last_hidden_state[0]
     return features, final
+
+
+class PackedRows(Protocol):
+    """Rows of one or more packed documents (``flashdraft.train.data.Batch`` is one)."""
+
+    input_ids: torch.Tensor  # [b, T] long
+    doc_ids: torch.Tensor  # [b, T] long, -1 = padding
+    positions: torch.Tensor  # [b, T] long, position inside its own document
+
+
+@torch.no_grad()
+def target_pass(target: Target, batch: PackedRows, layer_ids: list[int], want_final: bool):
+    """Frozen target over packed rows, documents isolated -> (features [b, T, K*H], final hidden [b, T, H] | None)."""
+    ids, doc, pos = batch.input_ids, batch.doc_ids, batch.positions
+    if recurrent_family(target.config) is not None:  # hybrid: no mask isolates documents in a recurrent state
+        features, final = documentwise_forward(target, ids, doc, pos, layer_ids)
+        return features, (final if want_final else None)
+    T = ids.shape[1]
+    idx = torch.arange(T, device=ids.device)
+    vis = (idx[None, :, None] >= idx[None, None, :]) & (doc[:, :, None] == doc[:, None, :]) & (doc[:, None, :] >= 0)
+    vis = vis | torch.eye(T, dtype=torch.bool, device=ids.device)  # padding rows see themselves: no empty rows
+    masks = attention_masks(target.config, pos, pos, vis, target.dtype)  # per layer type, [b, 1, T, T]
+    with capture_layer_outputs(target, layer_ids) as feats:
+        out = target.model.get_decoder()(input_ids=ids, position_ids=pos, attention_mask=masks, use_cache=False)
+    features = torch.cat(feats, dim=-1)  # [b, T, K * H]
+    return features, (out.last_hidden_state if want_final else None)

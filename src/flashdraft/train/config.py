@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from flashdraft.config import Section
 
@@ -18,6 +18,7 @@ class TrainConfig(Section):
     out_dir: str = "runs/dflash"
     device: str = Field("auto", description="auto: this rank's GPU (LOCAL_RANK) if CUDA is there, else cpu")
     target_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    objective: str = Field("dflash", description="training objective (and drafter family) from the objective registry")
     init_from: str | None = Field(None, description="start from this drafter folder instead of a fresh one")
     num_layers: int = Field(1, ge=1)
     block_size: int = Field(16, ge=2)
@@ -96,6 +97,15 @@ class TrainConfig(Section):
     # several drafters from one target pass: [{name: b8, block_size: 8}, {name: b16, block_size: 16}]
     variants: list[dict] = Field(default_factory=list, description="per-variant overrides of VARIANT_FIELDS")
 
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, name: str) -> str:
+        from flashdraft.train.objectives import OBJECTIVES, objective_names
+
+        if name not in objective_names():
+            raise ValueError(f"unknown objective {name!r}; choose one of: {', '.join(sorted(OBJECTIVES))}")
+        return name
+
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
         if self.max_len < self.block_size:
@@ -131,7 +141,7 @@ class TrainConfig(Section):
 
 # fields a variant may change; everything else (data, target, batch, schedule length, cadence) is shared
 VARIANT_FIELDS = (
-    "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
+    "objective", "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
     "init_norm_from_target", "draft_vocab_size", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "loss",
     "feature_noise", "loss_vocab", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",

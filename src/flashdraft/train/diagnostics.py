@@ -176,7 +176,7 @@ def heldout_report(objective, examples: list[Example], features_of, ngram: Ngram
     """
     if not examples:
         return {}
-    B = objective.drafter.block_size
+    B = objective.drafter.max_depth + 1  # block slots: the anchor, then max_depth drafts
     batches = []
     for s in range(0, len(examples), batch_size):
         rows = [[e] for e in examples[s : s + batch_size]]

@@ -50,7 +50,7 @@ def evaluate_tau(
             g = dec.generate(ids, max_new_tokens)
             taus.extend(g.stats.taus)
             per_prompt.append(g.stats.tau_mean)
-        depth = drafter.block_size - 1
+        depth = drafter.max_depth
         rounds = max(len(taus), 1)
         per_pos = [sum(t >= k + 1 for t in taus) / rounds for k in range(1, depth + 1)]
         return {

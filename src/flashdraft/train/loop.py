@@ -28,12 +28,13 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from flashdraft.io import atomic_write_text
-from flashdraft.models.dflash import DFlashDrafter
+from flashdraft.models.drafter import load_drafter
+from flashdraft.models.forward import target_pass
 from flashdraft.train.checkpoint import (
     checkpoint_steps, load_checkpoint, prune_checkpoints, read_best, save_checkpoint, write_best,
 )
 from flashdraft.train.config import TrainConfig
-from flashdraft.train.data import DataStats, DataStream, Example, collate, draft_vocab_from_frequencies, load_examples
+from flashdraft.train.data import DataStats, DataStream, Example, collate, load_examples
 from flashdraft.train.diagnostics import (
     NgramBaseline, feature_scale, feature_stats, format_feature_stats, format_report, heldout_report,
 )
@@ -41,7 +42,8 @@ from flashdraft.train.disaggregated import FeatureChannel, role, share_plan
 from flashdraft.train.dist import agree, dist_world, resolve_device, stop_signals
 from flashdraft.train.optim import EMA, make_scheduler
 from flashdraft.train.evaluate import evaluate_tau, load_eval_prompts
-from flashdraft.train.objective import DFlashObjective, TrainError, acceptance_metrics, init_norm_from_target, target_pass
+from flashdraft.train.objective import TrainError
+from flashdraft.train.objectives import add_metrics, all_reduce_metrics, objective_class
 
 
 @dataclass
@@ -58,28 +60,23 @@ class TrainResult:
 
 
 class Variant:
-    """One drafter being trained: drafter, objective, optimizer, scheduler, EMA and its folder."""
+    """One drafter being trained: drafter, objective, optimizer, scheduler, EMA and its folder.
+
+    The objective class (``cfg.objective``, from the objective registry) makes fresh drafters; saved
+    ones load through the drafter registry (``config.json`` architectures)."""
 
     def __init__(self, name: str | None, cfg: TrainConfig, root: Path, target, examples: list[Example],
                  total_steps: int, resume_step: int | None, scale_of=None):
         self.name, self.cfg = name, cfg
         self.out = root / name if name else root
         self.resume_from = self.out / "checkpoints" / f"step-{resume_step:08d}" if resume_step is not None else None
+        objective = objective_class(cfg.objective)
         if self.resume_from is not None:  # the checkpoint's own drafter config wins (same shape)
-            self.drafter = DFlashDrafter.from_pretrained(self.resume_from / "drafter", target)
+            self.drafter = load_drafter(self.resume_from / "drafter", target)
         elif cfg.init_from:
-            self.drafter = DFlashDrafter.from_pretrained(cfg.init_from, target)
+            self.drafter = load_drafter(cfg.init_from, target)
         else:
-            vocab = None
-            if cfg.draft_vocab_size:
-                vocab = draft_vocab_from_frequencies(examples, target.vocab_size, cfg.draft_vocab_size)
-            self.drafter = DFlashDrafter.for_target(
-                target, num_layers=cfg.num_layers, block_size=cfg.block_size, target_layer_ids=cfg.target_layer_ids,
-                mask_token_id=cfg.mask_token_id, intermediate_size=cfg.intermediate_size, seed=cfg.seed,
-                draft_vocab=vocab,
-            )
-            if cfg.init_norm_from_target:
-                init_norm_from_target(self.drafter, target)
+            self.drafter = objective.new_drafter(target, cfg, examples)
         self.drafter.float().train()
         self.scale = scale_of(self.drafter.target_layer_ids, cfg.feature_norm) if scale_of else None
         if self.scale is not None:  # fc reads the features at a common scale (folded into fc.weight on save)
@@ -88,10 +85,7 @@ class Variant:
         attention = cfg.attention
         if attention == "auto":
             attention = "flex" if target.device.type == "cuda" else "sdpa"
-        self.objective = DFlashObjective(
-            self.drafter, cfg.max_anchors, cfg.gamma, cfg.loss, cfg.feature_noise, cfg.lm_head_chunk, cfg.checkpoint_layers,
-            cfg.checkpoint_lm_head, cfg.loss_vocab, cfg.position_weights, cfg.dpace_alpha, attention,
-        )
+        self.objective = objective.from_config(self.drafter, cfg, attention)
         params = [p for p in self.drafter.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, total_steps, cfg.warmup_ratio, cfg.min_lr_ratio, cfg.lr)
@@ -192,14 +186,8 @@ class Trainer:
                     if "ema" not in state["extra"]:
                         raise TrainError(f"checkpoint {v.resume_from} has no EMA weights; resume with ema_decay unset")
                     v.ema.load_state_dict(state["extra"]["ema"])
-                if v.scale is not None:  # the checkpoint's fc.weight is folded: restore the training form exactly
-                    v.drafter.reset_feature_scale_after_load()
-                    if "fc_weight" in state["extra"] and "feature_scale" in state["extra"]:
-                        with torch.no_grad():
-                            v.drafter.fc.weight.copy_(state["extra"]["fc_weight"])
-                        v.drafter.set_feature_scale(state["extra"]["feature_scale"], keep_function=False)
-                    else:
-                        v.drafter.set_feature_scale(v.scale, keep_function=True)
+                if v.scale is not None:  # the checkpoint's weights are folded: restore the training form exactly
+                    v.drafter.restore_feature_scale(state["extra"], v.scale)
             self.step = int(state["step"])
             self.stream.load_state_dict(state["data"])
         self.channel = None
@@ -313,7 +301,7 @@ class Trainer:
         for v in self.variants:
             extra = {"ema": v.ema.state_dict()} if v.ema else {}
             if v.scale is not None:  # the saved drafter holds fc.weight folded; resume from the exact training form
-                extra.update(fc_weight=v.drafter.fc.weight.detach().clone(), feature_scale=v.drafter.feature_scale.clone())
+                extra.update(v.drafter.feature_scale_state())
             paths.append(save_checkpoint(v.out, self.step, v.drafter, v.optimizer, v.scheduler, self.stream.state_dict(),
                                          v.cfg, extra))
         for v in self.variants:
@@ -402,8 +390,7 @@ class Trainer:
         norms = {k: sum(bl.norm for bl in bls) for k, bls in blocks.items()}  # all micro-batches of all ranks
         dev_type = "cpu" if self.target.device.type == "cpu" else "cuda"
         autocast = torch.autocast(dev_type, dtype=torch.bfloat16) if cfg.bf16 else nullcontext()
-        # loss, tokens, acc*n, tau*n, n, then per slot k = 1..B-1: hits, supervised
-        sums = {v.label: torch.zeros(5 + 2 * (v.drafter.block_size - 1), dtype=torch.float64) for v in self.variants}
+        sums: dict[str, dict[str, torch.Tensor]] = {v.label: {} for v in self.variants}  # named sum/total pairs
         for i in range(rank, len(micro), world):
             batch = micro[i]
             feats, final_h = self.features(batch, rows[i])  # paid once for all variants
@@ -413,14 +400,7 @@ class Trainer:
                 with autocast:
                     out = v.objective(batch, bl, norms[v.label], f, final_h, seed=v.seed(self.step, i))
                 out.loss.backward()
-                a = acceptance_metrics(out.correct, bl.weights)
-                n = a["n_anchors"]
-                sup = (bl.weights > 0)[..., 1:]
-                slot_hits = (out.correct[..., 1:] & sup).flatten(0, -2).sum(0).tolist()
-                slot_n = sup.flatten(0, -2).sum(0).tolist()
-                sums[v.label] += torch.tensor([out.weighted_loss_sum, batch.num_tokens, a["acc"] * n if n else 0.0,
-                                               a["tau_proxy"] * n if n else 0.0, n, *slot_hits, *slot_n],
-                                              dtype=torch.float64)
+                add_metrics(sums[v.label], v.objective.metrics(out, batch, bl))
         metrics = {}
         for v in self.variants:
             metrics[v.label] = self._optimizer_step(v, sums[v.label], norms[v.label], world)
@@ -429,7 +409,7 @@ class Trainer:
             m["step"] = self.step
         return metrics
 
-    def _optimizer_step(self, v: Variant, sums: torch.Tensor, normaliser: float, world: int) -> dict:
+    def _optimizer_step(self, v: Variant, sums: dict[str, torch.Tensor], normaliser: float, world: int) -> dict:
         params = [p for g in v.optimizer.param_groups for p in g["params"]]
         if world > 1:
             import torch.distributed as dist
@@ -437,7 +417,7 @@ class Trainer:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             flat = torch.cat([g.flatten() for g in grads])
             dist.all_reduce(flat, group=self.role.group)
-            dist.all_reduce(sums, group=self.role.group)
+            all_reduce_metrics(sums, self.role.group)
             for p, g in zip(params, flat.split([q.numel() for q in params])):
                 p.grad = g.view_as(p).clone()
         clip = v.cfg.grad_clip if v.cfg.grad_clip > 0 else float("inf")
@@ -450,15 +430,8 @@ class Trainer:
         v.optimizer.zero_grad(set_to_none=True)
         if v.ema is not None:
             v.ema.update(v.drafter)
-        loss_sum, tokens, acc_n, tau_n, n = sums[:5].tolist()
-        hits, sup = sums[5:].view(2, -1)
-        per_slot = [float(h / c) if c else math.nan for h, c in zip(hits.tolist(), sup.tolist())]
-        return {
-            "acc_per_slot": per_slot,
-            "loss": loss_sum / max(normaliser, 1e-12), "lr": lr, "grad_norm": float(gnorm),
-            "acc": acc_n / max(n, 1), "tau_proxy": tau_n / max(n, 1), "tokens": int(tokens), "anchors": int(n),
-            "epoch": round(self.stream.epoch_float, 4),
-        }
+        return {**v.objective.summary(sums, normaliser), "lr": lr, "grad_norm": float(gnorm),
+                "epoch": round(self.stream.epoch_float, 4)}
 
     # ---- the loop -------------------------------------------------------------------------
 

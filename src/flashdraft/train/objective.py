@@ -1,4 +1,5 @@
-"""The DFlash training objective, shaped exactly like the inference step (:meth:`DFlashDrafter.propose`).
+"""The DFlash training objective (registered as ``dflash``), shaped exactly like the inference step
+(:meth:`DFlashDrafter.propose`); the forward over many blocks is :meth:`DFlashDrafter.train_hidden`.
 
 Per sequence, random *anchors* t are drawn among supervised positions (loss_mask at t and t + 1,
 same document; at most ``max_anchors``, sorted, seeded). Each anchor opens a block
@@ -7,7 +8,7 @@ same document; at most ``max_anchors``, sorted, seeded). Each anchor opens a blo
 * the fused target features of its own document at kv positions strictly before t (at inference
   the anchor is the bonus token, whose target feature does not exist yet), and
 * its own block, bidirectionally (sliding-window layers: causal inside the block, plus the window,
-  mirroring ``DFlashDrafter.block_mask``);
+  mirroring ``DFlashDrafter.block_mask``; see :mod:`flashdraft.models.dflash_masks`);
 
 never another block or another packed document. Slot k (1..B-1) predicts the token at t + k
 (same-position labels, as inference reads ``h[1:B]``); slot 0 is unweighted; label positions past the
@@ -27,10 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from flashdraft.models.dflash import DFlashDrafter, DrafterError, rope_cos_sin
-from flashdraft.models.forward import attention_masks, capture_layer_outputs, documentwise_forward, lm_logits
-from flashdraft.models.recurrent import recurrent_family
+from flashdraft.models.drafter import DrafterError, drafter_class
+from flashdraft.models.forward import lm_logits, target_pass
 from flashdraft.models.target import Target
+from flashdraft.train.objectives import pair, register_objective
 
 
 class TrainError(ValueError):
@@ -38,7 +39,7 @@ class TrainError(ValueError):
 
 
 @torch.no_grad()
-def init_norm_from_target(drafter: DFlashDrafter, target: Target) -> None:
+def init_norm_from_target(drafter, target: Target) -> None:
     """Start the drafter's final norm with the per-channel profile of the target's final norm.
 
     The drafter's outputs feed the target's LM head, which reads channels with the weights of the
@@ -131,104 +132,6 @@ def block_targets(batch: Batch, anchors: torch.Tensor, valid: torch.Tensor, bloc
     return Blocks(anchors, valid, labels, w, float(w.sum()))
 
 
-def training_mask(
-    batch: Batch, blocks: Blocks, block_size: int, layer_type: str, window: int | None
-) -> torch.Tensor:
-    """Visibility for the block queries -> bool [b, 1, A*B, T + A*B] (True = visible)."""
-    a, B = blocks.anchors, block_size
-    b, A = a.shape
-    T = batch.input_ids.shape[1]
-    dev = a.device
-    k = torch.arange(B, device=dev)
-    kv = torch.arange(T, device=dev)
-    anchor_doc = batch.doc_ids.gather(1, a)  # [b, A]
-    anchor_pos = batch.positions.gather(1, a)  # [b, A]
-    # context: same document, strictly before the anchor  -> [b, A, B, T]
-    ctx = (kv[None, None, :] < a[..., None]) & (batch.doc_ids[:, None, :] == anchor_doc[..., None])
-    ctx = ctx[:, :, None, :].expand(b, A, B, T)
-    # own block only -> [b, A, B, A, B]
-    same_block = torch.eye(A, dtype=torch.bool, device=dev)[None, :, None, :, None]
-    blk = same_block.expand(b, A, B, A, B)
-    if layer_type == "sliding_attention":
-        if not window:
-            raise TrainError("a sliding_attention drafter layer needs cfg.sliding_window; set it in the drafter config")
-        q_pos = anchor_pos[..., None] + k  # [b, A, B]
-        rel_ctx = q_pos[..., None] - batch.positions[:, None, None, :]  # [b, A, B, T]
-        ctx = ctx & (rel_ctx < window)
-        rel_blk = k[:, None] - k[None, :]  # [B(q), B(kv)]
-        blk = blk & ((rel_blk >= 0) & (rel_blk < window))[None, None, :, None, :]
-    mask = torch.cat([ctx.reshape(b, A * B, T), blk.reshape(b, A * B, A * B)], dim=-1)
-    return mask[:, None]  # [b, 1, A*B, T + A*B]
-
-
-def _rope(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """RoPE tables for per-row positions [b, n] -> cos, sin [b, n, head_dim]."""
-    b, n = positions.shape
-    cos, sin = rope_cos_sin(positions.flatten(), head_dim, theta, dtype)  # [1, b*n, hd]
-    return cos.view(b, n, head_dim), sin.view(b, n, head_dim)
-
-
-def drafter_hidden(
-    drafter: DFlashDrafter,
-    features: torch.Tensor,
-    batch: Batch,
-    blocks: Blocks,
-    noise: float = 0.0,
-    checkpoint_layers: bool = False,
-    generator: torch.Generator | None = None,
-    attention: str = "sdpa",
-) -> torch.Tensor:
-    """Drafter outputs for every block slot -> [b, A, B, hidden] (after the final norm)."""
-    c, B = drafter.cfg, drafter.block_size
-    target = drafter.target  # raises if unbound
-    dtype = next(drafter.parameters()).dtype
-    b, A = blocks.anchors.shape
-    feats = features.to(dtype)  # [b, T, K * H]
-    if noise > 0:  # noise touches only the fc input, never the target's logits or labels
-        u = torch.rand(feats.shape, generator=generator, device=feats.device, dtype=feats.dtype)
-        feats = feats + (u * 2 - 1) * noise
-    ctx = drafter.fuse(feats)  # [b, T, d]: hidden_norm(fc(feats * feature_scale))
-    block_ids = torch.full((b, A, B), c.mask_token_id, dtype=torch.long, device=feats.device)
-    block_ids[..., 0] = batch.input_ids.gather(1, blocks.anchors)
-    x = target.model.get_input_embeddings()(block_ids.view(b, A * B)).to(dtype)  # [b, A*B, d]
-    q_pos = (batch.positions.gather(1, blocks.anchors)[..., None] + torch.arange(B, device=x.device)).view(b, A * B)
-    rope_x = _rope(q_pos, c.head_dim, c.rope_theta, dtype)
-    rope_c = _rope(batch.positions, c.head_dim, c.rope_theta, dtype)
-    if attention == "flex":  # BlockMask for flex attention (GPU path); same visibility as training_mask
-        from flashdraft.train.flex import flex_training_mask as mask_fn
-    else:
-        mask_fn = training_mask  # dense bool mask for SDPA
-    masks = {lt: mask_fn(batch, blocks, B, lt, c.sliding_window) for lt in set(c.layer_types)}
-
-    def run_layer(layer, x, ctx):
-        return layer(x, rope_x, layer.self_attn.kv(ctx, *rope_c), masks[layer.layer_type])
-
-    for layer in drafter.layers:
-        if checkpoint_layers and torch.is_grad_enabled():
-            x = checkpoint(run_layer, layer, x, ctx, use_reentrant=False)
-        else:
-            x = run_layer(layer, x, ctx)
-    return drafter.norm(x).view(b, A, B, -1)
-
-
-@torch.no_grad()
-def target_pass(target: Target, batch: Batch, layer_ids: list[int], want_final: bool):
-    """Frozen target over the batch, documents isolated -> (features [b, T, K*H], final hidden [b, T, H] | None)."""
-    ids, doc, pos = batch.input_ids, batch.doc_ids, batch.positions
-    if recurrent_family(target.config) is not None:  # hybrid: no mask isolates documents in a recurrent state
-        features, final = documentwise_forward(target, ids, doc, pos, layer_ids)
-        return features, (final if want_final else None)
-    T = ids.shape[1]
-    idx = torch.arange(T, device=ids.device)
-    vis = (idx[None, :, None] >= idx[None, None, :]) & (doc[:, :, None] == doc[:, None, :]) & (doc[:, None, :] >= 0)
-    vis = vis | torch.eye(T, dtype=torch.bool, device=ids.device)  # padding rows see themselves: no empty rows
-    masks = attention_masks(target.config, pos, pos, vis, target.dtype)  # per layer type, [b, 1, T, T]
-    with capture_layer_outputs(target, layer_ids) as feats:
-        out = target.model.get_decoder()(input_ids=ids, position_ids=pos, attention_mask=masks, use_cache=False)
-    features = torch.cat(feats, dim=-1)  # [b, T, K * H]
-    return features, (out.last_hidden_state if want_final else None)
-
-
 class LMHead:
     """The target's frozen LM head (+ Gemma-style final soft-capping), fp32 logits out.
 
@@ -260,7 +163,7 @@ class DraftHead:
     """A reduced draft vocabulary: the drafter's own (trained) ``lm_head`` over its draft ids; the
     teacher's logits (KL) are the target's, restricted to the same ids."""
 
-    def __init__(self, drafter: DFlashDrafter, target_head: LMHead):
+    def __init__(self, drafter, target_head: LMHead):
         self.lm_head, self.target_head = drafter.lm_head, target_head
         self.ids = drafter.draft_token_ids()  # [Vd] target ids of the draft vocabulary
 
@@ -310,8 +213,9 @@ class StepOutput:
     blocks: Blocks
 
 
+@register_objective("dflash")
 class DFlashObjective:
-    """Loss of a drafter on a batch, from the frozen target's features (computed here, or given).
+    """Loss of a DFlash drafter on a batch, from the frozen target's features (computed here, or given).
 
     Position weights: ``decay`` (exp(-(k-1)/gamma), normalised by the step's summed weights) or
     ``dpace`` (:func:`dpace_weights`, normalised by the step's number of anchors with a supervised
@@ -319,9 +223,14 @@ class DFlashObjective:
     and ranks, so the update does not depend on how a step is split.
     """
 
+    # the TrainConfig fields this objective reads (its config section)
+    CONFIG_FIELDS = ("max_anchors", "gamma", "loss", "feature_noise", "lm_head_chunk", "checkpoint_layers",
+                     "checkpoint_lm_head", "loss_vocab", "position_weights", "dpace_alpha")
+
     def __init__(
         self,
-        drafter: DFlashDrafter,
+        drafter,
+        *,
         max_anchors: int = 64,
         gamma: float | None = None,
         loss: str = "ce",
@@ -353,6 +262,29 @@ class DFlashObjective:
         if attention not in ("sdpa", "flex"):
             raise TrainError(f"attention {attention!r} is not supported; use 'sdpa' or 'flex'")
         self.attention = attention
+
+    @classmethod
+    def from_config(cls, drafter, cfg, attention: str = "sdpa") -> "DFlashObjective":
+        """The objective over ``drafter`` from a :class:`~flashdraft.train.config.TrainConfig` (``attention``
+        resolved: "sdpa" or "flex")."""
+        return cls(drafter, attention=attention, **{k: getattr(cfg, k) for k in cls.CONFIG_FIELDS})
+
+    @classmethod
+    def new_drafter(cls, target: Target, cfg, examples):
+        """A fresh DFlash drafter shaped by ``cfg`` (a reduced vocabulary from the data's token frequencies)."""
+        from flashdraft.train.data import draft_vocab_from_frequencies
+
+        vocab = None
+        if cfg.draft_vocab_size:
+            vocab = draft_vocab_from_frequencies(examples, target.vocab_size, cfg.draft_vocab_size)
+        drafter = drafter_class("DFlashDraftModel").for_target(
+            target, num_layers=cfg.num_layers, block_size=cfg.block_size, target_layer_ids=cfg.target_layer_ids,
+            mask_token_id=cfg.mask_token_id, intermediate_size=cfg.intermediate_size, seed=cfg.seed,
+            draft_vocab=vocab,
+        )
+        if cfg.init_norm_from_target:
+            init_norm_from_target(drafter, target)
+        return drafter
 
     def blocks(self, batch: Batch) -> Blocks:
         """Anchors, labels and static weights of a micro-batch; ``norm`` is its share of the normaliser."""
@@ -399,7 +331,8 @@ class DFlashObjective:
         gen = None
         if seed is not None:
             gen = torch.Generator(device=features.device).manual_seed(int(seed))
-        h = drafter_hidden(d, features, batch, blocks, self.noise, self.checkpoint_layers, gen, self.attention)  # [b, A, B, d]
+        h = d.train_hidden(features, batch.input_ids, batch.doc_ids, batch.positions, blocks.anchors, self.noise,
+                           self.checkpoint_layers, gen, self.attention)  # [b, A, B, d]
         sel = blocks.weights > 0  # [b, A, B]
         rows = h[sel]  # [m, d]
         labels = blocks.labels[sel]  # [m]
@@ -448,6 +381,34 @@ class DFlashObjective:
             )
         ws = float(weights.sum())
         return StepOutput(total / max(normaliser, 1e-12), float(total.detach()), ws, correct, blocks)
+
+
+    def metrics(self, out: StepOutput, batch: Batch, blocks: Blocks) -> dict[str, torch.Tensor]:
+        """Named sum/total pairs of one micro-batch (see :mod:`flashdraft.train.objectives`)."""
+        a = acceptance_metrics(out.correct, blocks.weights)
+        n = a["n_anchors"]
+        sup = (blocks.weights > 0)[..., 1:]  # [b, A, B-1]
+        slot_hits = (out.correct[..., 1:] & sup).flatten(0, -2).sum(0).tolist()
+        slot_n = sup.flatten(0, -2).sum(0).tolist()
+        return {
+            "loss": pair(out.weighted_loss_sum, blocks.norm),
+            "tokens": pair(batch.num_tokens, 1),
+            "acc": pair(a["acc"] * n if n else 0.0, n),
+            "tau_proxy": pair(a["tau_proxy"] * n if n else 0.0, n),
+            "acc_per_slot": torch.tensor([slot_hits, slot_n], dtype=torch.float64),  # [2, B-1]
+        }
+
+    def summary(self, sums: dict[str, torch.Tensor], normaliser: float) -> dict:
+        """The logged step metrics from the summed pairs (``normaliser``: the step's, all ranks)."""
+        loss_sum, tokens = float(sums["loss"][0]), float(sums["tokens"][0])
+        acc_n, n = sums["acc"].tolist()
+        tau_n = float(sums["tau_proxy"][0])
+        hits, sup = sums["acc_per_slot"]
+        return {
+            "acc_per_slot": [float(h / c) if c else math.nan for h, c in zip(hits.tolist(), sup.tolist())],
+            "loss": loss_sum / max(normaliser, 1e-12),
+            "acc": acc_n / max(n, 1), "tau_proxy": tau_n / max(n, 1), "tokens": int(tokens), "anchors": int(n),
+        }
 
 
 def acceptance_metrics(correct: torch.Tensor, weights: torch.Tensor) -> dict[str, float | list[float]]:

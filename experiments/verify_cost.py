@@ -4,8 +4,8 @@ The curve t_verify(n) is what speculative speedup is modelled from: speculation 
 n tokens costs far less than n single-token forwards. Prints the median milliseconds (after warm-up)
 of the target body alone and body + LM head over all n rows, for a chain (causal) and a tree mask.
 
-    python bench/verify_cost.py                      # Gemma-3-270M, 256-token cache, n = 1 16 32 64 128
-    python bench/verify_cost.py --dtype bfloat16 --repeats 15
+    python experiments/verify_cost.py                      # Gemma-3-270M, 256-token cache, n = 1 16 32 64 128
+    python experiments/verify_cost.py --dtype bfloat16 --repeats 15
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Per-class precision/recall of the `flashdraft mix` classifier on a labeled set, and its samples/s.
 
-    python bench/mix_classifier_eval.py                       # the held-out eval set shipped in the package
-    python bench/mix_classifier_eval.py --set src/flashdraft/mix/data/dev_set.jsonl --errors 5
+    python experiments/mix_classifier_eval.py                       # the held-out eval set shipped in the package
+    python experiments/mix_classifier_eval.py --set src/flashdraft/mix/data/dev_set.jsonl --errors 5
 
 The set is JSONL with a ``label`` and an ``origin`` per row and the sample in any layout that
 ``flashdraft mix`` reads. Throughput is measured on the set's samples repeated to ``--n-speed``

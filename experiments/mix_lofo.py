@@ -1,7 +1,7 @@
 """Leave-one-family-out accuracy of the `flashdraft mix` classifiers, and the shipped head.
 
-    python bench/mix_lofo.py                      # LOFO table of the learned head and of the rules
-    python bench/mix_lofo.py --save src/flashdraft/mix/data/head.npz   # also train on everything and ship
+    python experiments/mix_lofo.py                      # LOFO table of the learned head and of the rules
+    python experiments/mix_lofo.py --save src/flashdraft/mix/data/head.npz   # also train on everything and ship
 
 Rows: ``data/pool.jsonl`` (families named per row) + ``data/dev_set.jsonl`` (families from ``origin``:
 HumanEval, GSM8K, BFCL, SWE-agent, Django catalogs, package READMEs, docstrings, agent prompt files).

@@ -8,7 +8,7 @@ position with the right token ranked second, so trees recover what a chain loses
 tau, verify ms per round (the stage timer of the decoder), speedup vs AR, and whether every output
 equals AR's; then verify ms of each hybrid relative to the dense target.
 
-    python bench/hybrid_decode.py                        # hidden 32, budgets 8 32 128
+    python experiments/hybrid_decode.py                        # hidden 32, budgets 8 32 128
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ and the per-channel / per-layer scaled ones: the share of fc's output that the l
 channel makes, and the mean pairwise cosine of the context vectors (after hidden_norm) of
 different positions (near 1: every position looks the same to the drafter).
 
-    python bench/train_feature_scale.py --data runs/d300/generated --sequences 4
+    python experiments/train_feature_scale.py --data runs/d300/generated --sequences 4
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from flashdraft.models.dflash import DFlashDrafter
 from flashdraft.models.target import load_target
 from flashdraft.train.data import collate, load_examples
 from flashdraft.train.diagnostics import channel_rms, feature_scale, feature_stats, format_feature_stats, sample_mask
-from flashdraft.train.objective import target_pass
+from flashdraft.models.forward import target_pass
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Samples/s per core of the `flashdraft mix` classifiers (median of 3 runs), one process, one thread.
 
-    python bench/mix_throughput.py                  # the default (learned) classifier and the rules
-    python bench/mix_throughput.py --n 20000 --set src/flashdraft/mix/data/pool.jsonl
+    python experiments/mix_throughput.py                  # the default (learned) classifier and the rules
+    python experiments/mix_throughput.py --n 20000 --set src/flashdraft/mix/data/pool.jsonl
 
 Samples are the rows of a labelled set (default: the held-out eval set plus the pool), normalised once,
 repeated to ``--n``; only classification is timed. Per core = samples / CPU-seconds of this process.

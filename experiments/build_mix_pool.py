@@ -9,7 +9,7 @@ PROMPT_MAX / RESPONSE_MAX characters.
 Inputs: bare git mirrors of the repositories below under ``--mirrors`` (``<owner>+<name>/repo``),
 read with ``git show``; nothing is downloaded by this script.
 
-    python bench/build_mix_pool.py --mirrors MIRRORS_DIR
+    python experiments/build_mix_pool.py --mirrors MIRRORS_DIR
 
 Families (domain: family <- repository):
   math:        cmath, olympiadbench, college-math, cn-middle-school, gaokao-math-qa, carp-en, mawps,
@@ -32,9 +32,9 @@ Families (domain: family <- repository):
                anki-ftl <- ankitects/anki-core-i18n; keepassxc-ts <- keepassxreboot/keepassxc
 
 The families of the older dev set (HumanEval, GSM8K, BFCL, SWE-agent, Django catalogs, package READMEs,
-docstrings, agent prompt files of langchain/smolagents) are added by the evaluation from ``dev_set.jsonl`` (see bench/mix_lofo.py). Translation rows
+docstrings, agent prompt files of langchain/smolagents) are added by the evaluation from ``dev_set.jsonl`` (see experiments/mix_lofo.py). Translation rows
 wrap a real source/target pair: a bare pair (source as prompt, translation as response) or one of the
-request templates of bench/build_mix_eval_set.py, named in ``origin``.
+request templates of experiments/build_mix_eval_set.py, named in ``origin``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the same engine (selection, rendering, records, Parquet writes included), (3) th
 batched and (4) unbatched. Prints generated tokens/s for each and the pipeline overhead vs raw vLLM
 (goal: <= 10%).
 
-    python bench/generate_throughput.py --prompts 64 --max-tokens 64 [--dtype bfloat16] [--eager]
+    python experiments/generate_throughput.py --prompts 64 --max-tokens 64 [--dtype bfloat16] [--eager]
 """
 
 from __future__ import annotations

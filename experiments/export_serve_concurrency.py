@@ -10,7 +10,7 @@ Steps (one run, everything measured on this machine):
    CPU) for the same drafter, chain of B - 1 drafts, concurrency 1, 2, 4, 8;
 5. ``summary.md``: measured speedup per concurrency next to the predicted one.
 
-usage: python bench/export_serve_concurrency.py [--drafter assets/gemma-3-270m-dflash-b8] [--out runs/export_serve]
+usage: python experiments/export_serve_concurrency.py [--drafter assets/gemma-3-270m-dflash-b8] [--out runs/export_serve]
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ marginals) the target body verifies the tree on a warm cache of ``--context`` to
 
 Medians of ``--repeats`` runs after warm-up, one run of this script; ratios come from that run.
 
-    python bench/hybrid_verify.py                          # tiny width (32), budgets 8 32 128
-    python bench/hybrid_verify.py --hidden 256 --layers 8  # a wider random model
+    python experiments/hybrid_verify.py                          # tiny width (32), budgets 8 32 128
+    python experiments/hybrid_verify.py --hidden 256 --layers 8  # a wider random model
 """
 
 from __future__ import annotations

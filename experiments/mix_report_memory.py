@@ -1,7 +1,7 @@
 """Peak memory and time of `flashdraft mix report` on N synthetic rows (default 1,000,000).
 
-    python bench/mix_report_memory.py                 # 1M rows, Parquet
-    python bench/mix_report_memory.py --rows 100000 --format jsonl
+    python experiments/mix_report_memory.py                 # 1M rows, Parquet
+    python experiments/mix_report_memory.py --rows 100000 --format jsonl
 
 Rows are synthetic (short templated samples of each domain in `flashdraft generate`'s layout:
 source, id, messages, response); they exist only to show that memory stays bounded as the row

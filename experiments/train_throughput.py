@@ -24,8 +24,8 @@ is the baseline; the peak RSS is then reset (``/proc/self/clear_refs``) and
 ``getrusage().ru_maxrss`` at the end gives the training peak (peak - baseline) and the max RSS of
 the whole process (loading included).
 
-    python bench/train_throughput.py                                  # all configurations, 4 steps + 1 warm-up
-    python bench/train_throughput.py --steps 2 --warmup 1 --configs draft-vocab b16 --out-json /tmp/t.json
+    python experiments/train_throughput.py                                  # all configurations, 4 steps + 1 warm-up
+    python experiments/train_throughput.py --steps 2 --warmup 1 --configs draft-vocab b16 --out-json /tmp/t.json
 
 Data (``--data``): a JSONL of {token_ids, loss_mask} records or a ``flashdraft generate`` output
 folder. The default ``runs/gemma3-270m-dflash/generated`` is the recipe's ``flashdraft generate`` output
@@ -33,7 +33,7 @@ folder. The default ``runs/gemma3-270m-dflash/generated`` is the recipe's ``flas
 or regenerate code completions with the target itself:
 
     flashdraft generate stdlib-code --limit 128 --backend hf --dtype float32 --max-tokens 192 -o runs/gen-270m
-    python bench/train_throughput.py --data runs/gen-270m
+    python experiments/train_throughput.py --data runs/gen-270m
 """
 
 from __future__ import annotations

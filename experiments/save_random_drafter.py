@@ -1,6 +1,6 @@
 """Save a randomly initialised DFlash drafter for a target (for `flashdraft bench` smoke runs and CI).
 
-    python bench/save_random_drafter.py runs/drafter-random --layers 1 --block-size 16
+    python experiments/save_random_drafter.py runs/drafter-random --layers 1 --block-size 16
 """
 
 from __future__ import annotations

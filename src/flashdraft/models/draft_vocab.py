@@ -1,0 +1,74 @@
+"""A reduced draft vocabulary: the d2t/t2d maps any drafter family can carry.
+
+The maps live as buffers ``d2t`` [Vd] (draft id -> target id offset: target = draft + d2t[draft])
+and ``t2d`` [V] (bool: the target id is in the draft vocabulary) directly on the drafter that owns
+them, so checkpoints keep the tensor names vLLM and EAGLE-3 read. :class:`DraftVocab` registers
+those buffers on its owner and does the arithmetic over them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from flashdraft.models.drafter import DrafterError
+
+
+def top_token_ids(primary: torch.Tensor, secondary: torch.Tensor, size: int) -> torch.Tensor:
+    """The ``size`` ids with the highest ``primary`` counts [V] (ties by ``secondary`` counts [V], then
+    lower id) -> sorted ids [size]."""
+    key = primary.long() * (int(secondary.sum()) + 1) + secondary.long()  # [V]
+    return torch.argsort(-key, stable=True)[:size].sort().values
+
+
+class DraftVocab:
+    """The draft vocabulary of ``owner``: buffers ``owner.d2t`` [size] and ``owner.t2d`` [vocab_size]."""
+
+    def __init__(self, owner: nn.Module, vocab_size: int, size: int):
+        if not 0 < size <= vocab_size:
+            raise DrafterError(f"draft_vocab_size {size} must be in 1..vocab_size {vocab_size}")
+        owner.register_buffer("d2t", torch.zeros(size, dtype=torch.long))
+        owner.register_buffer("t2d", torch.zeros(vocab_size, dtype=torch.bool))
+        self._owner, self.vocab_size, self.size = owner, vocab_size, size
+
+    @property
+    def d2t(self) -> torch.Tensor:
+        return self._owner.d2t
+
+    @property
+    def t2d(self) -> torch.Tensor:
+        return self._owner.t2d
+
+    @torch.no_grad()
+    def set(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Use the target ids ``token_ids`` [size] as the draft vocabulary -> the sorted ids [size]."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long).flatten().sort().values.to(self.d2t.device)
+        if ids.numel() != self.size:
+            raise DrafterError(f"{ids.numel()} draft ids for a drafter with draft_vocab_size {self.size}")
+        if ids.unique().numel() != ids.numel() or not 0 <= int(ids[0]) <= int(ids[-1]) < self.vocab_size:
+            raise DrafterError(f"draft ids must be distinct target ids in 0..{self.vocab_size - 1}")
+        self.d2t.copy_(ids - torch.arange(ids.numel(), device=ids.device))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+        return ids
+
+    def token_ids(self) -> torch.Tensor:
+        """Target ids of the draft vocabulary, in draft-id order -> [size] long."""
+        return self.d2t + torch.arange(self.d2t.numel(), device=self.d2t.device)
+
+    def index(self) -> torch.Tensor:
+        """Target id -> draft id (-1 where the draft vocabulary lacks it) -> [vocab_size] long."""
+        idx = torch.full((self.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)
+        ids = self.token_ids()
+        idx[ids] = torch.arange(ids.numel(), device=ids.device)
+        return idx
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Draft ids [...] -> target ids [...]."""
+        return draft_ids + self.d2t[draft_ids]
+
+    def to_target_logits(self, small: torch.Tensor) -> torch.Tensor:
+        """Draft logits [m, size] -> target-vocabulary logits [m, vocab_size], -inf outside the draft vocabulary."""
+        full = small.new_full((small.shape[0], self.vocab_size), float("-inf"))  # [m, V]
+        full[:, self.token_ids()] = small
+        return full

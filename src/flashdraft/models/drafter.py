@@ -1,0 +1,109 @@
+"""The drafter interface every decoder and trainer uses, and the registry of drafter families.
+
+A *family* (DFlash today, EAGLE-3 next) is a class that satisfies :class:`Drafter` and is registered
+under the ``architectures`` name its ``config.json`` carries (``@register_drafter("DFlashDraftModel")``).
+:func:`load_drafter` reads that name from a drafter folder and hands the folder to the family's
+``from_pretrained``; nothing outside a family's own module names its class.
+
+The decoding contract (:meth:`Drafter.propose`): given the committed tokens (the bonus token last)
+and the target features of the committed positions the drafter has not seen yet, return draft
+logits ``[max_depth, vocab]`` (fp32, target vocabulary) for the ``max_depth`` positions after the
+bonus. A chain decoder takes their argmax, a tree decoder their per-position marginals.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
+
+import torch
+
+if TYPE_CHECKING:
+    from flashdraft.models.target import Target
+
+
+class DrafterError(ValueError):
+    """A drafter that does not fit its target or cannot be loaded; the message names both sides."""
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """What the decoders and the trainer need from a drafter of any family."""
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        """Target layers whose outputs (concatenated, [n, K * hidden]) the drafter reads; [] for none."""
+        ...
+
+    @property
+    def max_depth(self) -> int:
+        """Deepest draft position one round can propose (the rows of :meth:`propose`'s logits)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget the previous generation (context caches)."""
+        ...
+
+    def propose(self, tokens: torch.Tensor, new_features: torch.Tensor | None) -> torch.Tensor:
+        """tokens [start + 1] committed ids (the bonus last); new_features [n_new, K * hidden] for the
+        positions not yet seen -> fp32 draft logits [max_depth, vocab]."""
+        ...
+
+
+# architectures name (config.json) -> family class with from_pretrained(path, target)
+DRAFTERS: dict[str, type] = {}
+
+
+def register_drafter(architecture: str) -> Callable[[type], type]:
+    """Class decorator: drafter folders whose ``config.json`` names ``architecture`` load with this class."""
+
+    def wrap(cls: type) -> type:
+        if architecture in DRAFTERS and DRAFTERS[architecture] is not cls:
+            raise DrafterError(f"drafter architecture {architecture!r} is already registered to {DRAFTERS[architecture].__name__}")
+        DRAFTERS[architecture] = cls
+        cls.architecture = architecture
+        return cls
+
+    return wrap
+
+
+def _builtin_families() -> None:
+    from flashdraft.models import dflash  # noqa: F401  (registers DFlashDraftModel)
+
+
+def drafter_architecture(path: str | Path) -> str:
+    """The ``architectures[0]`` name in ``path``/config.json."""
+    p = Path(path) / "config.json"
+    if not p.is_file():
+        raise DrafterError(f"{p} not found; a drafter folder holds config.json and *.safetensors weights")
+    try:
+        archs = json.loads(p.read_text()).get("architectures") or []
+    except json.JSONDecodeError as e:
+        raise DrafterError(f"{p} is not valid JSON ({e}); re-export the drafter") from None
+    if not archs:
+        raise DrafterError(f"{p} has no 'architectures' entry; set it to one of {', '.join(drafter_families())}")
+    return str(archs[0])
+
+
+def drafter_families() -> list[str]:
+    """Registered architecture names, sorted."""
+    _builtin_families()
+    return sorted(DRAFTERS)
+
+
+def drafter_class(architecture: str) -> type:
+    """The family class registered under ``architecture``."""
+    _builtin_families()
+    if architecture not in DRAFTERS:
+        raise DrafterError(
+            f"no drafter family is registered for architecture {architecture!r}; known: {', '.join(sorted(DRAFTERS))} "
+            "(register one with flashdraft.models.drafter.register_drafter)"
+        )
+    return DRAFTERS[architecture]
+
+
+def load_drafter(path: str | Path, target: "Target | None" = None):
+    """Load the drafter folder ``path`` with the family its config.json names; with ``target``, check
+    the fit, move it to the target's device and dtype and bind it."""
+    return drafter_class(drafter_architecture(path)).from_pretrained(path, target)
