@@ -13,7 +13,8 @@ import flashdraft.models.target as target_mod
 from flashdraft.decode import build_decoder
 from flashdraft.models.dflash import DFlashDrafter
 from flashdraft.train.cli import train
-from flashdraft.train.objective import Batch, target_pass
+from flashdraft.models.forward import target_pass
+from flashdraft.train.objective import Batch
 from tests.lossless import assert_same_tokens
 from tests.tiny import HYBRIDS, MASK_ID, hf_greedy, random_prompts, tiny_hybrid
 

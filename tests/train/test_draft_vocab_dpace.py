@@ -99,10 +99,10 @@ def test_dpace_objective_normalises_by_anchors_and_weights_by_own_probabilities(
     # recompute by hand: per-slot CE and q = exp(-CE) of the drafter, weights from dpace_weights
     with torch.no_grad():
         ref = DFlashObjective(d, max_anchors=5)
-        from flashdraft.train.objective import drafter_hidden, target_pass
+        from flashdraft.models.forward import target_pass
 
         feats, _ = target_pass(target, batch, d.target_layer_ids, False)
-        h = drafter_hidden(d, feats, batch, bl)
+        h = d.train_hidden(feats, batch.input_ids, batch.doc_ids, batch.positions, bl.anchors)
         logp = torch.log_softmax(lm_logits(target, h.flatten(0, 2)), -1).view(*h.shape[:3], -1)
         lp = logp.gather(-1, bl.labels[..., None])[..., 0]  # [b, A, B]
         sup = bl.weights > 0

@@ -14,11 +14,12 @@ from typer.testing import CliRunner
 
 import flashdraft.models.target as target_mod
 import flashdraft.train.features as features_mod
+from flashdraft.models.forward import target_pass
 from flashdraft.models.target import wrap_model
 from flashdraft.train.data import Example, collate, load_examples
 from flashdraft.train.features import FeatureStore, write_features
 from flashdraft.train.features_cli import features
-from flashdraft.train.objective import TrainError, target_pass
+from flashdraft.train.objective import TrainError
 from tests.tiny import VOCAB, tiny_target
 
 from .test_loop import write_data

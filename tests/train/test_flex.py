@@ -11,10 +11,12 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_mask
 
-import flashdraft.train.flex as flex
+import flashdraft.models.dflash_masks as flex
 from flashdraft.models.dflash import DFlashDrafter, attend
-from flashdraft.train import objective
-from flashdraft.train.objective import Batch, TrainError, block_targets, drafter_hidden, target_pass, training_mask
+from flashdraft.models.dflash_masks import training_mask
+from flashdraft.models.drafter import DrafterError
+from flashdraft.models.forward import target_pass
+from flashdraft.train.objective import Batch, block_targets
 from tests.tiny import MASK_ID, tiny_target
 
 B = 4
@@ -39,8 +41,8 @@ def two_rows():
 @pytest.mark.parametrize("layer_type,window", LAYERS)
 def test_flex_mask_equals_dense_mask(layer_type, window):
     batch, bl = two_rows()
-    dense = training_mask(batch, bl, B, layer_type, window)  # [b, 1, A*B, T + A*B]
-    bm = flex.flex_training_mask(batch, bl, B, layer_type, window)
+    dense = training_mask(bl.anchors, batch.doc_ids, batch.positions, B, layer_type, window)  # [b, 1, A*B, T + A*B]
+    bm = flex.flex_training_mask(bl.anchors, batch.doc_ids, batch.positions, B, layer_type, window)
     assert isinstance(bm, BlockMask)
     b, _, q, kv = dense.shape
     assert bm.shape == (b, 1, q, kv)
@@ -51,8 +53,8 @@ def test_flex_mask_equals_dense_mask(layer_type, window):
 
 def test_sliding_flex_mask_needs_a_window():
     batch, bl = two_rows()
-    with pytest.raises(TrainError, match="sliding_window"):
-        flex.flex_training_mask(batch, bl, B, "sliding_attention", None)
+    with pytest.raises(DrafterError, match="sliding_window"):
+        flex.flex_training_mask(bl.anchors, batch.doc_ids, batch.positions, B, "sliding_attention", None)
 
 
 @pytest.mark.parametrize("kv_heads", [2, 4])  # GQA (4 query heads on 2 kv heads) and plain MHA
@@ -66,8 +68,8 @@ def test_flex_attend_equals_sdpa_with_dense_mask(layer_type, window, kv_heads):
     k = torch.randn(b, kv_heads, T + A * B, 8, generator=g)  # [b, kv_heads, T + A*B, hd]
     v = torch.randn(b, kv_heads, T + A * B, 8, generator=g)
     gqa = kv_heads != 4
-    ref = attend(q, k, v, training_mask(batch, bl, B, layer_type, window), gqa)
-    out = attend(q, k, v, flex.flex_training_mask(batch, bl, B, layer_type, window), gqa)
+    ref = attend(q, k, v, training_mask(bl.anchors, batch.doc_ids, batch.positions, B, layer_type, window), gqa)
+    out = attend(q, k, v, flex.flex_training_mask(bl.anchors, batch.doc_ids, batch.positions, B, layer_type, window), gqa)
     assert out.shape == ref.shape == (b, 4, A * B, 8)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
@@ -83,12 +85,11 @@ def test_drafter_hidden_with_flex_masks_equals_dense(monkeypatch, family, layer_
     batch, bl = two_rows()
     feats, _ = target_pass(target, batch, d.target_layer_ids, want_final=False)
     with torch.no_grad():  # flex has no backward on CPU
-        ref = drafter_hidden(d, feats, batch, bl)  # [b, A, B, d], dense masks + SDPA
+        ref = d.train_hidden(feats, batch.input_ids, batch.doc_ids, batch.positions, bl.anchors)  # [b, A, B, d], dense masks + SDPA
         calls = []
         real = flex.flex_attend
-        monkeypatch.setattr(objective, "training_mask", flex.flex_training_mask)
         monkeypatch.setattr(flex, "flex_attend", lambda *a: calls.append(1) or real(*a))
-        out = drafter_hidden(d, feats, batch, bl)
+        out = d.train_hidden(feats, batch.input_ids, batch.doc_ids, batch.positions, bl.anchors, attention="flex")
     assert len(calls) == len(d.layers)  # every layer went through flex
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from flashdraft.models.dflash import DFlashDrafter
-from flashdraft.models.forward import lm_logits
+from flashdraft.models.dflash_masks import training_mask
+from flashdraft.models.forward import lm_logits, target_pass
 from flashdraft.train.objective import (
     Batch,
     Blocks,
@@ -14,9 +15,6 @@ from flashdraft.train.objective import (
     TrainError,
     anchor_candidates,
     block_targets,
-    drafter_hidden,
-    target_pass,
-    training_mask,
 )
 from tests.tiny import MASK_ID, tiny_target
 
@@ -63,14 +61,14 @@ def test_labels_same_position_and_weights():
 def test_mask_strict_anchor_block_isolation_and_documents():
     batch = one_row(list(range(8)), [1] * 8, doc=[0, 0, 0, 0, 1, 1, 1, 1])
     bl = blocks_at(batch, [2, 5], B=2)
-    m = training_mask(batch, bl, 2, "full_attention", None)[0, 0]  # [A*B, T + A*B]
+    m = training_mask(bl.anchors, batch.doc_ids, batch.positions, 2, "full_attention", None)[0, 0]  # [A*B, T + A*B]
     assert m.shape == (4, 8 + 4)
     ctx, blk = m[:, :8].int(), m[:, 8:].int()
     # block at 2 sees kv 0, 1 (strictly before 2); block at 5 sees kv 4 only (doc 1, before 5)
     assert ctx.tolist() == [[1, 1, 0, 0, 0, 0, 0, 0]] * 2 + [[0, 0, 0, 0, 1, 0, 0, 0]] * 2
     assert blk.tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]]
     # sliding layers: causal inside the block and windowed in document positions
-    s = training_mask(batch, bl, 2, "sliding_attention", 2)[0, 0].int()
+    s = training_mask(bl.anchors, batch.doc_ids, batch.positions, 2, "sliding_attention", 2)[0, 0].int()
     assert s[:, 8:].tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]]
     assert s[0, :8].tolist() == [0, 1, 0, 0, 0, 0, 0, 0]  # q pos 2 sees pos 1 only (2 - 0 >= window)
     assert s[3, :8].tolist() == [0] * 8  # doc-1 block slot 1 at doc position 2: kv doc-position 0 is out of window
@@ -96,7 +94,7 @@ def test_training_forward_equals_inference_propose(family, layer_types):
     bl = blocks_at(batch, anchors, B=4)
     feats, _ = target_pass(target, batch, d.target_layer_ids, want_final=False)
     with torch.no_grad():
-        h = drafter_hidden(d, feats, batch, bl)  # [1, A, B, d]
+        h = d.train_hidden(feats, batch.input_ids, batch.doc_ids, batch.positions, bl.anchors)  # [1, A, B, d]
     for i, t in enumerate(anchors):
         d.reset()
         ref = d.propose(torch.tensor(ids[: t + 1]), feats[0, :t] if t else None)  # [B-1, V]
@@ -115,9 +113,9 @@ def test_packed_rows_equal_separate_rows():
     fb, _ = target_pass(target, pb, d.target_layer_ids, False)
     torch.testing.assert_close(fp[0], torch.cat([fa[0], fb[0]]), rtol=1e-4, atol=1e-5)
     with torch.no_grad():
-        hp = drafter_hidden(d, fp, packed, blocks_at(packed, [2, 10], B=4))
-        ha = drafter_hidden(d, fa, pa, blocks_at(pa, [2], B=4))
-        hb = drafter_hidden(d, fb, pb, blocks_at(pb, [3], B=4))
+        hp = d.train_hidden(fp, packed.input_ids, packed.doc_ids, packed.positions, blocks_at(packed, [2, 10], B=4).anchors)
+        ha = d.train_hidden(fa, pa.input_ids, pa.doc_ids, pa.positions, blocks_at(pa, [2], B=4).anchors)
+        hb = d.train_hidden(fb, pb.input_ids, pb.doc_ids, pb.positions, blocks_at(pb, [3], B=4).anchors)
     torch.testing.assert_close(hp[0, 0], ha[0, 0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(hp[0, 1], hb[0, 0], rtol=1e-4, atol=1e-5)
 

@@ -12,7 +12,7 @@ from flashdraft.models.dflash import DFlashDrafter
 from flashdraft.train.checkpoint import list_checkpoints, read_best
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.loop import Trainer
-from flashdraft.train import objective as objective_mod
+from flashdraft.models import forward as forward_mod
 from tests.tiny import random_prompts, tiny_target
 
 from .test_loop import make_cfg, write_data
@@ -35,7 +35,7 @@ def weights(path):
 
 def test_variants_together_equal_each_alone_and_share_one_target_pass(tmp_path, data, monkeypatch):
     calls = []
-    real = objective_mod.target_pass
+    real = forward_mod.target_pass
 
     def counting(*a, **k):
         calls.append(a[2])

@@ -25,24 +25,40 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
+CONFIG_HELP = "YAML with the same field names (bench.config); --set and flags override it."
+SET_HELP = "key=value over the config (repeatable), e.g. --set limit=8"
+
+
+def _config(cls, config: Optional[Path], sets: Optional[List[str]], **flags):
+    from flashdraft.config import ConfigError, load_with_sets
+
+    try:
+        return load_with_sets(cls, config, sets, **{k: v for k, v in flags.items() if v not in (None, [], ())})
+    except ConfigError as e:
+        _fail(e)
+
+
 @app.command()
 def decode(
-    target: str = typer.Option("gemma-3-270m", help="Target spec (embedded name, .gguf, HF folder)."),
-    drafter: List[Path] = typer.Option([], help="DFlash drafter folder(s); repeat for several (none: AR vs ngram)."),
-    prompts: List[str] = typer.Option(["humaneval"], help="'humaneval' (offline) or a JSONL file with 'prompt'."),
-    limit: int = typer.Option(4, help="Prompts per set."),
-    budgets: str = typer.Option("4,8,16,32,64,128", help="DDTree budgets (comma-separated)."),
-    temperatures: str = typer.Option("0", help="Comma-separated temperatures, e.g. 0,1."),
-    max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
-    repeats: int = typer.Option(3, help="Runs per prompt and variant (median)."),
-    dtype: str = typer.Option("float32"),
-    threads: int = typer.Option(1, help="torch intra-op threads (1 on a shared machine)."),
-    ngram: bool = typer.Option(True, "--ngram/--no-ngram", help="Also run prompt lookup (ngram, ngram_tree@b)."),
-    out: Path = typer.Option(Path("runs/bench_decode"), "-o", "--out"),
+    target: Optional[str] = typer.Option(None, help="Target spec (embedded name, .gguf, HF folder); default gemma-3-270m."),
+    drafter: Optional[List[Path]] = typer.Option(None, help="Drafter folder(s) of any registered family; repeat for several (none: AR vs ngram)."),
+    prompts: Optional[List[str]] = typer.Option(None, help="'humaneval' (offline, default) or a JSONL file with 'prompt'."),
+    limit: Optional[int] = typer.Option(None, help="Prompts per set (default 4)."),
+    budgets: Optional[str] = typer.Option(None, help="DDTree budgets, comma-separated (default 4,8,16,32,64,128)."),
+    temperatures: Optional[str] = typer.Option(None, help="Comma-separated temperatures, e.g. 0,1 (default 0)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Default 32."),
+    repeats: Optional[int] = typer.Option(None, help="Runs per prompt and variant (median; default 3)."),
+    dtype: Optional[str] = typer.Option(None, help="float32 (default) | bfloat16 | float16"),
+    threads: Optional[int] = typer.Option(None, help="torch intra-op threads (default 1, for a shared machine)."),
+    ngram: Optional[bool] = typer.Option(None, "--ngram/--no-ngram", help="Also run prompt lookup (ngram, ngram_tree@b); default on."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Default runs/bench_decode."),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
+    sets: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """AR vs DFlash vs DDTree (budget sweep) vs same-budget chain vs prompt lookup: tau, TPOT, speedup; JSON/MD/PNG."""
     import torch
 
+    from flashdraft.bench.config import BenchDecodeConfig
     from flashdraft.bench.decode_bench import BenchError, load_prompt_set, markdown_table, run_decode_bench
     from flashdraft.bench.plots import decode_plots
     from flashdraft.decode.base import DecodeError
@@ -50,15 +66,20 @@ def decode(
     from flashdraft.models.drafter import DrafterError, load_drafter
     from flashdraft.models.target import TargetError, load_target
 
-    torch.set_num_threads(threads)
+    cfg = _config(BenchDecodeConfig, config, sets, target=target, drafter=[str(d) for d in drafter or []],
+                  prompts=prompts, limit=limit, budgets=_ints(budgets) if budgets else None,
+                  temperatures=[float(t) for t in temperatures.split(",")] if temperatures else None,
+                  max_new_tokens=max_new_tokens, repeats=repeats, dtype=dtype, threads=threads, ngram=ngram,
+                  out=str(out) if out else None)
+    out = Path(cfg.out)
+    torch.set_num_threads(cfg.threads)
     try:
-        sets = dict(load_prompt_set(p, limit) for p in prompts)
-        tgt = load_target(target, dtype=dtype)
-        drafters = {Path(d).name: load_drafter(d, tgt) for d in drafter}
+        sets_ = dict(load_prompt_set(p, cfg.limit) for p in cfg.prompts)
+        tgt = load_target(cfg.target, dtype=cfg.dtype)
+        drafters = {Path(d).name: load_drafter(d, tgt) for d in cfg.drafter}
         console.print("prompting: plain continuation of the raw prompt (no chat template, no thinking)")
-        res = run_decode_bench(tgt, drafters, sets, _ints(budgets), [float(t) for t in temperatures.split(",")],
-                               max_new_tokens, repeats, out,
-                               log=lambda m: console.print(m, markup=False, highlight=False), ngram=ngram)
+        res = run_decode_bench(tgt, drafters, sets_, cfg.budgets, cfg.temperatures, cfg.max_new_tokens, cfg.repeats, out,
+                               log=lambda m: console.print(m, markup=False, highlight=False), ngram=cfg.ngram)
     except (BenchError, DecodeError, DrafterError, TargetError) as e:
         _fail(e)
     md = markdown_table(res)
@@ -70,33 +91,43 @@ def decode(
 
 @app.command()
 def serve(
-    baseline_url: str = typer.Option(..., help="OpenAI-compatible base URL of the plain server (…/v1)."),
+    baseline_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL of the plain server (…/v1); required."),
     speculative_url: Optional[str] = typer.Option(None, help="Base URL of the speculative server (…/v1)."),
-    prompts: str = typer.Option("humaneval", help="'humaneval' or a JSONL file with 'prompt'."),
-    num_prompts: int = typer.Option(32, help="Requests per concurrency level."),
-    max_tokens: int = typer.Option(128, help="Output tokens per request (fixed with ignore_eos)."),
-    concurrency: str = typer.Option("1,2,4,8,16,32"),
-    ignore_eos: bool = typer.Option(True, help="Send ignore_eos (vLLM) so every output has max_tokens."),
-    target: str = typer.Option("TARGET", help="Only for the printed vLLM commands."),
+    prompts: Optional[str] = typer.Option(None, help="'humaneval' (default) or a JSONL file with 'prompt'."),
+    num_prompts: Optional[int] = typer.Option(None, help="Requests per concurrency level (default 32)."),
+    max_tokens: Optional[int] = typer.Option(None, help="Output tokens per request (fixed with ignore_eos; default 128)."),
+    concurrency: Optional[str] = typer.Option(None, help="Comma-separated levels (default 1,2,4,8,16,32)."),
+    ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="Send ignore_eos (vLLM) so every output has max_tokens; default on."),
+    target: Optional[str] = typer.Option(None, help="Only for the printed vLLM commands."),
     drafter: Optional[str] = typer.Option(None, help="Only for the printed vLLM commands."),
-    block_size: int = typer.Option(16, help="Drafter block size B (num_speculative_tokens = B-1)."),
-    timeout_s: float = typer.Option(300.0),
-    out: Path = typer.Option(Path("runs/bench_serve"), "-o", "--out"),
+    block_size: Optional[int] = typer.Option(None, help="Drafter block size B (num_speculative_tokens = B-1; default 16)."),
+    timeout_s: Optional[float] = typer.Option(None, help="Default 300."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Default runs/bench_serve."),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
+    sets: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Concurrency sweep: throughput, TTFT, TPOT (percentiles), per-level speedup, spec-decode acceptance."""
+    from flashdraft.bench.config import BenchServeConfig
     from flashdraft.bench.decode_bench import BenchError, load_prompt_set
     from flashdraft.bench.plots import serve_plots
     from flashdraft.bench.serve_bench import ServeBenchError, run_serve_bench, serve_table, vllm_commands
     from flashdraft.io import atomic_write_text
 
+    cfg = _config(BenchServeConfig, config, sets, baseline_url=baseline_url, speculative_url=speculative_url,
+                  prompts=prompts, num_prompts=num_prompts, max_tokens=max_tokens,
+                  concurrency=_ints(concurrency) if concurrency else None, ignore_eos=ignore_eos, target=target,
+                  drafter=drafter, block_size=block_size, timeout_s=timeout_s, out=str(out) if out else None)
+    if not cfg.baseline_url:
+        _fail(ValueError("bench serve needs the plain server's URL: pass --baseline-url or set baseline_url"))
+    out = Path(cfg.out)
     console.print("servers a user would start (baseline, speculative):")
-    for c in vllm_commands(target, drafter, block_size):
+    for c in vllm_commands(cfg.target, cfg.drafter, cfg.block_size):
         console.print("  " + c, markup=False, highlight=False)
-    endpoints = {"baseline": baseline_url} | ({"speculative": speculative_url} if speculative_url else {})
+    endpoints = {"baseline": cfg.baseline_url} | ({"speculative": cfg.speculative_url} if cfg.speculative_url else {})
     try:
-        _, texts = load_prompt_set(prompts)
-        texts = (texts * num_prompts)[:num_prompts]
-        res = run_serve_bench(endpoints, texts, max_tokens, _ints(concurrency), out, ignore_eos, timeout_s,
+        _, texts = load_prompt_set(cfg.prompts)
+        texts = (texts * cfg.num_prompts)[: cfg.num_prompts]
+        res = run_serve_bench(endpoints, texts, cfg.max_tokens, cfg.concurrency, out, cfg.ignore_eos, cfg.timeout_s,
                               log=lambda m: console.print(m, markup=False, highlight=False))
     except (BenchError, ServeBenchError) as e:
         _fail(e)
@@ -111,29 +142,40 @@ def serve(
 def model(
     input: Optional[Path] = typer.Option(None, "--input", help="Cost-model input YAML/JSON (CostModelInput)."),
     preset: Optional[str] = typer.Option(None, help="kimi-k2-pcie8 | h200-dense8b (assumed example inputs)."),
-    profile: bool = typer.Option(False, "--profile", help="Measure costs on this machine (target + drafter)."),
-    target: str = typer.Option("gemma-3-270m", help="--profile: target spec."),
+    profile: Optional[bool] = typer.Option(None, "--profile", help="Measure costs on this machine (target + drafter)."),
+    target: Optional[str] = typer.Option(None, help="--profile: target spec (default gemma-3-270m)."),
     drafter: Optional[Path] = typer.Option(None, help="--profile: drafter folder (its pass is timed)."),
     decode_results: Optional[Path] = typer.Option(None, help="results.json of `bench decode`: acceptance + validation."),
     tp: Optional[int] = typer.Option(None), gpus: Optional[int] = typer.Option(None),
     interconnect: Optional[str] = typer.Option(None, help="pcie | nvlink | none"),
     latency_us: Optional[float] = typer.Option(None), bandwidth_gbps: Optional[float] = typer.Option(None),
     concurrency: Optional[str] = typer.Option(None), budgets: Optional[str] = typer.Option(None),
-    profile_sizes: str = typer.Option("1,2,4,8,16,32,64,129", help="--profile: tokens per timed forward."),
-    profile_repeats: int = typer.Option(5, help="--profile: timed runs per size (median; 1 warm-up)."),
-    threads: int = typer.Option(1),
-    out: Path = typer.Option(Path("runs/bench_model"), "-o", "--out"),
+    profile_sizes: Optional[str] = typer.Option(None, help="--profile: tokens per timed forward (default 1,2,4,8,16,32,64,129)."),
+    profile_repeats: Optional[int] = typer.Option(None, help="--profile: timed runs per size (median; 1 warm-up; default 5)."),
+    threads: Optional[int] = typer.Option(None, help="Default 1."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Default runs/bench_model."),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
+    sets: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Predict speedup vs concurrency for chain and tree per budget; validate against `bench decode` at batch 1."""
+    from flashdraft.bench.config import BenchModelConfig
     from flashdraft.bench.modelcmd import ModelCmdError, run_model_command
 
+    cfg = _config(BenchModelConfig, config, sets, input=str(input) if input else None, preset=preset, profile=profile,
+                  target=target, drafter=str(drafter) if drafter else None,
+                  decode_results=str(decode_results) if decode_results else None, tp=tp, gpus=gpus,
+                  interconnect=interconnect, latency_us=latency_us, bandwidth_gbps=bandwidth_gbps,
+                  concurrency=_ints(concurrency) if concurrency else None, budgets=_ints(budgets) if budgets else None,
+                  profile_sizes=_ints(profile_sizes) if profile_sizes else None, profile_repeats=profile_repeats,
+                  threads=threads, out=str(out) if out else None)
     try:
-        run_model_command(input=input, preset=preset, profile=profile, target=target, drafter=drafter,
-                          decode_results=decode_results, hardware=dict(tp=tp, gpus=gpus, interconnect=interconnect,
-                          latency_us=latency_us, bandwidth_gbps=bandwidth_gbps),
-                          concurrency=_ints(concurrency) if concurrency else None,
-                          budgets=_ints(budgets) if budgets else None, threads=threads, out=out, console=console,
-                          profile_opts=dict(sizes=_ints(profile_sizes), repeats=profile_repeats))
+        run_model_command(input=Path(cfg.input) if cfg.input else None, preset=cfg.preset, profile=cfg.profile,
+                          target=cfg.target, drafter=Path(cfg.drafter) if cfg.drafter else None,
+                          decode_results=Path(cfg.decode_results) if cfg.decode_results else None,
+                          hardware=dict(tp=cfg.tp, gpus=cfg.gpus, interconnect=cfg.interconnect,
+                                        latency_us=cfg.latency_us, bandwidth_gbps=cfg.bandwidth_gbps),
+                          concurrency=cfg.concurrency, budgets=cfg.budgets, threads=cfg.threads, out=Path(cfg.out),
+                          console=console, profile_opts=dict(sizes=cfg.profile_sizes, repeats=cfg.profile_repeats))
     except ModelCmdError as e:
         _fail(e)
 

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from flashdraft.models.draft_vocab import top_token_ids
 from flashdraft.train.objective import Batch, TrainError, anchor_candidates
 
 
@@ -177,8 +178,7 @@ def draft_vocab_from_frequencies(examples: list[Example], vocab_size: int, size:
     ids = torch.tensor([t for e in examples for t in e.token_ids], dtype=torch.long)
     sup = torch.tensor([m for e in examples for m in e.loss_mask], dtype=torch.bool)
     everywhere = torch.bincount(ids, minlength=vocab_size)  # [V]
-    key = torch.bincount(ids[sup], minlength=vocab_size) * (int(everywhere.sum()) + 1) + everywhere
-    return torch.argsort(-key, stable=True)[:size].sort().values
+    return top_token_ids(torch.bincount(ids[sup], minlength=vocab_size), everywhere, size)
 
 
 def collate(rows: list[list[Example]], seeds: list[int], device: torch.device | str = "cpu") -> Batch:

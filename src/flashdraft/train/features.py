@@ -1,5 +1,5 @@
 """Offline target features: run the frozen target once over the training examples, store what
-:func:`~flashdraft.train.objective.target_pass` returns, and read it back per example.
+:func:`~flashdraft.models.forward.target_pass` returns, and read it back per example.
 
 On disk (one folder)::
 
@@ -35,7 +35,8 @@ from safetensors.torch import save_file
 from flashdraft.io import atomic_write_text
 from flashdraft.models.target import Target
 from flashdraft.train.data import Example, collate
-from flashdraft.train.objective import TrainError, target_pass
+from flashdraft.models.forward import target_pass
+from flashdraft.train.objective import TrainError
 
 FORMAT = "flashdraft-features"
 VERSION = 1

@@ -28,7 +28,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from flashdraft.io import atomic_write_text
-from flashdraft.models.drafter import load_drafter
+from flashdraft.models.drafter import Drafter, load_drafter
 from flashdraft.models.forward import target_pass
 from flashdraft.train.checkpoint import (
     checkpoint_steps, load_checkpoint, prune_checkpoints, read_best, save_checkpoint, write_best,
@@ -251,7 +251,7 @@ class Trainer:
     # ---- pieces ---------------------------------------------------------------------------
 
     @property
-    def drafter(self) -> DFlashDrafter:
+    def drafter(self) -> Drafter:
         return self.variants[0].drafter
 
     @property
@@ -498,8 +498,9 @@ class Trainer:
             if self.step % cfg.log_every == 0 or self.step == self.total_steps:
                 self._log({"kind": "train", **m}, v)
         m = metrics[self.variants[0].label]
-        bar.update(task, completed=self.step,
-                   info=f"loss {m['loss']:.3f} acc {m['acc']:.3f} tau~{m['tau_proxy']:.2f} {m['tokens_per_s']:.0f} tok/s")
+        info = [f"loss {m['loss']:.3f}"] + ([f"acc {m['acc']:.3f}"] if "acc" in m else []) + (
+            [f"tau~{m['tau_proxy']:.2f}"] if "tau_proxy" in m else [])  # what the objective reports
+        bar.update(task, completed=self.step, info=" ".join(info) + f" {m['tokens_per_s']:.0f} tok/s")
         stop = self._stop(flag, elapsed, start_step, stop_after)
         evals = None
         if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < self.total_steps and not stop:

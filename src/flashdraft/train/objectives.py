@@ -10,7 +10,8 @@ An objective owns everything family-specific about a training step, so the loop
   the step's loss normaliser, known before any forward);
 * ``__call__(batch, blocks, normaliser, features, final_h, seed)``: a step output with a backward-ready ``loss``;
 * ``metrics(out, batch, blocks)``: named sum/total pairs (float64 tensors [2] or [2, n]) that ranks and
-  micro-batches add up, and ``summary(sums, normaliser)``: the logged numbers from those sums.
+  micro-batches add up, and ``summary(sums, normaliser)``: the logged numbers from those sums (at least
+  ``loss`` and ``tokens``; ``acc`` and ``tau_proxy`` show in the progress bar when present).
 
 Register one with ``@register_objective("name")``; ``TrainConfig.objective`` picks it.
 """

@@ -1,0 +1,66 @@
+"""The ``bench`` config sections: one typed schema per benchmark (YAML via --config, --set key=value, flags)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from flashdraft.config import Section
+from flashdraft.models.target import EMBEDDED_TARGET
+
+
+class BenchDecodeConfig(Section):
+    """``flashdraft bench decode``: AR vs every registered drafter method on prompt sets."""
+
+    target: str = EMBEDDED_TARGET
+    drafter: list[str] = Field(default_factory=list, description="drafter folders (none: AR vs prompt lookup)")
+    prompts: list[str] = Field(default_factory=lambda: ["humaneval"], description="'humaneval' or JSONL files with 'prompt'")
+    limit: int = Field(4, ge=1, description="prompts per set")
+    budgets: list[int] = Field(default_factory=lambda: [4, 8, 16, 32, 64, 128], description="DDTree budgets")
+    temperatures: list[float] = Field(default_factory=lambda: [0.0])
+    max_new_tokens: int = Field(32, ge=1)
+    repeats: int = Field(3, ge=1, description="runs per prompt and variant (median)")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    threads: int = Field(1, ge=1, description="torch intra-op threads")
+    ngram: bool = Field(True, description="also run prompt lookup (ngram, ngram_tree@b)")
+    out: str = "runs/bench_decode"
+
+
+class BenchServeConfig(Section):
+    """``flashdraft bench serve``: a concurrency sweep against OpenAI-compatible servers."""
+
+    baseline_url: str | None = Field(None, description="base URL of the plain server (.../v1); required")
+    speculative_url: str | None = None
+    prompts: str = "humaneval"
+    num_prompts: int = Field(32, ge=1)
+    max_tokens: int = Field(128, ge=1)
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    ignore_eos: bool = True
+    target: str = Field("TARGET", description="only for the printed vLLM commands")
+    drafter: str | None = Field(None, description="only for the printed vLLM commands")
+    block_size: int = Field(16, ge=2, description="drafter block size B (num_speculative_tokens = B-1)")
+    timeout_s: float = Field(300.0, gt=0)
+    out: str = "runs/bench_serve"
+
+
+class BenchModelConfig(Section):
+    """``flashdraft bench model``: the cost model (input file, preset or profile) and its validation."""
+
+    input: str | None = None
+    preset: str | None = None
+    profile: bool = False
+    target: str = EMBEDDED_TARGET
+    drafter: str | None = None
+    decode_results: str | None = None
+    tp: int | None = None
+    gpus: int | None = None
+    interconnect: str | None = Field(None, description="pcie | nvlink | none")
+    latency_us: float | None = None
+    bandwidth_gbps: float | None = None
+    concurrency: list[int] | None = None
+    budgets: list[int] | None = None
+    profile_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 129])
+    profile_repeats: int = Field(5, ge=1)
+    threads: int = Field(1, ge=1)
+    out: str = "runs/bench_model"
