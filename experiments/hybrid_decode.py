@@ -39,6 +39,10 @@ class LookupDrafter:
     def __init__(self, vocab: int, references: dict[tuple, list[int]], block_size: int = 16, wrong_every: int = 4):
         self.vocab, self.refs, self.block_size, self.wrong_every = vocab, references, block_size, wrong_every
 
+    @property
+    def max_depth(self) -> int:
+        return self.block_size - 1
+
     def reset(self) -> None:
         pass
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_mask
 
-import flashdraft.models.dflash_masks as flex
+import flashdraft.models.dflash.masks as flex
 from flashdraft.models.dflash import DFlashDrafter, attend
-from flashdraft.models.dflash_masks import training_mask
+from flashdraft.models.dflash.masks import training_mask
 from flashdraft.models.drafter import DrafterError
 from flashdraft.models.forward import target_pass
 from flashdraft.train.objective import Batch, block_targets

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from flashdraft.models.dflash import DFlashDrafter
-from flashdraft.models.dflash_masks import training_mask
+from flashdraft.models.dflash.masks import training_mask
 from flashdraft.models.forward import lm_logits, target_pass
 from flashdraft.train.objective import (
     Batch,

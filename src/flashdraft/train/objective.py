@@ -8,7 +8,7 @@ same document; at most ``max_anchors``, sorted, seeded). Each anchor opens a blo
 * the fused target features of its own document at kv positions strictly before t (at inference
   the anchor is the bonus token, whose target feature does not exist yet), and
 * its own block, bidirectionally (sliding-window layers: causal inside the block, plus the window,
-  mirroring ``DFlashDrafter.block_mask``; see :mod:`flashdraft.models.dflash_masks`);
+  mirroring ``DFlashDrafter.block_mask``; see :mod:`flashdraft.models.dflash.masks`);
 
 never another block or another packed document. Slot k (1..B-1) predicts the token at t + k
 (same-position labels, as inference reads ``h[1:B]``); slot 0 is unweighted; label positions past the

@@ -27,170 +27,20 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Literal
 
 import torch
-import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb
-
 from torch.utils.checkpoint import checkpoint
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from flashdraft.io import atomic_replace_dir
-from flashdraft.models.dflash_masks import flex_training_mask, training_mask
+from flashdraft.models.dflash.config import DFlashConfig, DFlashInner
+from flashdraft.models.dflash.layers import DFlashLayer, rope_cos_sin, rope_tables
+from flashdraft.models.dflash.masks import flex_training_mask, training_mask
 from flashdraft.models.draft_vocab import DraftVocab
 from flashdraft.models.drafter import DrafterError, register_drafter
 from flashdraft.models.target import Target, TargetError, check_target_layer_ids
-
-LayerType = Literal["full_attention", "sliding_attention"]
-__all__ = ["DFlashConfig", "DFlashDrafter", "DrafterError", "attend", "rope_cos_sin"]
-
-
-class DFlashInner(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    mask_token_id: int
-    target_layer_ids: list[int]
-
-
-class DFlashConfig(BaseModel):
-    """``config.json`` of a DFlash drafter (z-lab format; unknown fields are kept on save)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    architectures: list[str] = ["DFlashDraftModel"]
-    auto_map: dict[str, str] = {"AutoModel": "dflash.DFlashDraftModel"}
-    model_type: str = "qwen3"
-    block_size: int = Field(16, ge=2)
-    dflash_config: DFlashInner
-    num_target_layers: int
-    target_hidden_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int = Field(ge=1)
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    hidden_act: str = "silu"
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 1_000_000.0
-    rope_scaling: None = None
-    max_position_embeddings: int = 32768
-    layer_types: list[LayerType] = []
-    sliding_window: int | None = None
-    attention_bias: bool = False
-    vocab_size: int
-    draft_vocab_size: int | None = None
-    tie_word_embeddings: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> "DFlashConfig":
-        if not self.layer_types:
-            self.layer_types = ["full_attention"] * self.num_hidden_layers
-        if len(self.layer_types) != self.num_hidden_layers:
-            raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} layers")
-        if "sliding_attention" in self.layer_types and not self.sliding_window:
-            raise ValueError("layer_types has sliding_attention layers but sliding_window is not set")
-        if self.hidden_act != "silu":
-            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported; DFlash drafters use silu")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
-        if self.draft_vocab_size is not None and not 0 < self.draft_vocab_size <= self.vocab_size:
-            raise ValueError(f"draft_vocab_size {self.draft_vocab_size} must be in 1..vocab_size {self.vocab_size}")
-        return self
-
-    @property
-    def mask_token_id(self) -> int:
-        return self.dflash_config.mask_token_id
-
-    @property
-    def target_layer_ids(self) -> list[int]:
-        return self.dflash_config.target_layer_ids
-
-
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """Default RoPE tables for ``positions`` [n] -> cos, sin [1, n, head_dim]."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
-    freqs = positions.float()[:, None] * inv_freq[None, :]  # [n, head_dim / 2]
-    emb = torch.cat([freqs, freqs], dim=-1)  # [n, head_dim]
-    return emb.cos().to(dtype)[None], emb.sin().to(dtype)[None]
-
-
-def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """RoPE tables for per-row positions [b, n] -> cos, sin [b, n, head_dim]."""
-    b, n = positions.shape
-    cos, sin = rope_cos_sin(positions.flatten(), head_dim, theta, dtype)  # [1, b*n, hd]
-    return cos.view(b, n, head_dim), sin.view(b, n, head_dim)
-
-
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, gqa: bool) -> torch.Tensor:
-    """Attention of q [b, h, q, hd] over k, v [b, kv_heads, n, hd]; ``mask`` is a dense bool mask
-    (True = visible, SDPA), None (all visible), or a flex-attention ``BlockMask`` (training on GPUs)."""
-    if mask is not None and not isinstance(mask, torch.Tensor):
-        from flashdraft.models.dflash_masks import flex_attend
-
-        return flex_attend(q, k, v, mask, gqa)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-
-
-class DFlashAttention(nn.Module):
-    def __init__(self, cfg: DFlashConfig):
-        super().__init__()
-        self.n_heads, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        d, b = cfg.hidden_size, cfg.attention_bias
-        self.q_proj = nn.Linear(d, self.n_heads * self.head_dim, bias=b)
-        self.k_proj = nn.Linear(d, self.n_kv * self.head_dim, bias=b)
-        self.v_proj = nn.Linear(d, self.n_kv * self.head_dim, bias=b)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, d, bias=b)
-        self.q_norm = Qwen3RMSNorm(self.head_dim, eps=cfg.rms_norm_eps)
-        self.k_norm = Qwen3RMSNorm(self.head_dim, eps=cfg.rms_norm_eps)
-
-    def kv(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K (normed, rotated) and V of h [b, n, d] -> each [b, kv_heads, n, head_dim]."""
-        b, n, _ = h.shape
-        k = self.k_norm(self.k_proj(h).view(b, n, self.n_kv, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(h).view(b, n, self.n_kv, self.head_dim).transpose(1, 2)
-        k, _ = apply_rotary_pos_emb(k, k, cos, sin)
-        return k, v
-
-    def forward(self, x, rope_x, ctx_kv, mask):
-        """x: [b, q, d] block tokens; ctx_kv: (K, V) of the context, each [b, kv_heads, c, head_dim];
-        mask: bool [q, c + q] (True = visible) or None (all visible)."""
-        b, q, _ = x.shape
-        cos, sin = rope_x
-        qs = self.q_norm(self.q_proj(x).view(b, q, self.n_heads, self.head_dim)).transpose(1, 2)  # [b, h, q, hd]
-        qs, _ = apply_rotary_pos_emb(qs, qs, cos, sin)
-        kx, vx = self.kv(x, cos, sin)
-        k = torch.cat([ctx_kv[0], kx], dim=2)  # [b, kv_heads, c + q, hd]
-        v = torch.cat([ctx_kv[1], vx], dim=2)
-        out = attend(qs, k, v, mask, gqa=self.n_heads != self.n_kv)  # [b, h, q, hd]
-        return self.o_proj(out.transpose(1, 2).reshape(b, q, self.n_heads * self.head_dim))
-
-
-class DFlashMLP(nn.Module):
-    def __init__(self, cfg: DFlashConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class DFlashLayer(nn.Module):
-    def __init__(self, cfg: DFlashConfig, layer_type: str):
-        super().__init__()
-        self.layer_type = layer_type
-        self.self_attn = DFlashAttention(cfg)
-        self.mlp = DFlashMLP(cfg)
-        self.input_layernorm = Qwen3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
-        self.post_attention_layernorm = Qwen3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
-
-    def forward(self, x, rope_x, ctx_kv, mask):
-        x = x + self.self_attn(self.input_layernorm(x), rope_x, ctx_kv, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 @register_drafter("DFlashDraftModel")
@@ -525,7 +375,7 @@ class DFlashDrafter(nn.Module):
         features: [b, T, K * H] target features; input_ids, doc_ids (-1 = padding), positions (inside
         the document): [b, T]; anchors: [b, A] indices into T. Each block is [token at the anchor,
         MASK x (B-1)], shaped exactly like :meth:`propose`'s, and sees the visibility of
-        :func:`~flashdraft.models.dflash_masks.training_mask`. ``noise``: uniform +-noise on the fc input
+        :func:`~flashdraft.models.dflash.masks.training_mask`. ``noise``: uniform +-noise on the fc input
         only; ``attention``: "sdpa" (dense bool masks) or "flex" (``BlockMask``, GPU).
         """
         c, B = self.cfg, self.block_size

@@ -1,0 +1,42 @@
+"""``--config FILE`` + ``--set key=value`` + flags over a typed section (:func:`flashdraft.config.load_with_sets`)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from flashdraft.bench.config import BenchDecodeConfig
+from flashdraft.cli import app
+from flashdraft.config import ConfigError, load_with_sets, parse_sets
+from flashdraft.decode import DECODERS
+from flashdraft.decode.config import DecodeConfig
+
+
+def test_parse_sets_reads_yaml_values_and_dotted_keys():
+    assert parse_sets(["a=1", "b=0.5", "c=[4, 8]", "d=text", "e.f=true"]) == {
+        "a": 1, "b": 0.5, "c": [4, 8], "d": "text", "e": {"f": True}}
+    with pytest.raises(ConfigError, match="not key=value"):
+        parse_sets(["oops"])
+
+
+def test_file_then_sets_then_flags(tmp_path):
+    f = tmp_path / "d.yaml"
+    f.write_text("method: dflash\ntemperature: 0.5\nmax_new_tokens: 10\n")
+    cfg = load_with_sets(DecodeConfig, f, ["temperature=0.7", "seed=3"], seed=4)
+    assert (cfg.method, cfg.temperature, cfg.max_new_tokens, cfg.seed) == ("dflash", 0.7, 10, 4)
+    with pytest.raises(ConfigError, match="temprature"):
+        load_with_sets(DecodeConfig, None, ["temprature=1"])
+    b = load_with_sets(BenchDecodeConfig, None, ["budgets=[4, 8]", "ngram=false"])
+    assert b.budgets == [4, 8] and b.ngram is False
+
+
+def test_decode_method_comes_from_the_registry():
+    assert set(DECODERS) >= {"ar", "dflash", "ddtree", "ngram"}
+    with pytest.raises(ConfigError, match="unknown decoding method 'beam'.*ddtree"):
+        load_with_sets(DecodeConfig, None, ["method=beam"])
+
+
+def test_decode_verb_and_run_alias_refuse_the_same_bad_set():
+    for verb in ("decode", "run"):
+        r = CliRunner().invoke(app, [verb, "hello", "--set", "method=beam"])
+        assert r.exit_code == 2 and "unknown decoding method" in r.output, r.output
