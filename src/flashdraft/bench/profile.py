@@ -153,13 +153,13 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
         t_full = median_ms(draft, repeats, warmup)  # includes prefilling the drafter's context
         drafter.reset()
         drafter.propose(tokens, feats)
-        cache_len = drafter.context_length()
 
         def draft_warm():
             drafter._ctx_cache = [(k[:, :, :cache_len], v[:, :, :cache_len]) for k, v in drafter._ctx_cache]
             drafter.propose(torch.cat([tokens, tokens[-1:]]), feats[-1:])
 
         try:
+            cache_len = drafter.context_length()  # a DFlash-style context K/V cache (other families: cold pass)
             draft_ms = median_ms(draft_warm, repeats, warmup)
         except Exception:  # noqa: BLE001  (fall back to the cold pass if the cache layout differs)
             draft_ms = t_full
