@@ -1,8 +1,8 @@
 """The typed config schema shared by every command.
 
 Each pipeline stage declares its section as a :class:`Section` subclass in its own package; a
-command reads it from YAML (``--config run.yaml``), ``--set key=value`` (:func:`load_with_sets`) and
-command-line flags override single fields.
+command reads it from YAML (``--config run.yaml``) and command-line flags override single fields;
+:func:`load_with_sets` also takes ``--set key=value`` items between the two.
 The same field names appear in the YAML, in the flags and in the config saved next to outputs.
 """
 
@@ -29,7 +29,15 @@ class Section(BaseModel):
     @classmethod
     def load(cls: type[S], path: str | Path | None = None, **overrides: Any) -> S:
         """Read ``path`` (YAML) if given, then apply ``overrides`` whose value is not None."""
-        data = read_yaml(path)
+        data: dict[str, Any] = {}
+        if path is not None:
+            p = Path(path)
+            if not p.is_file():
+                raise ConfigError(f"config file {p} does not exist; pass an existing YAML file or drop --config")
+            loaded = yaml.safe_load(p.read_text()) or {}
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"config file {p} must hold a mapping of field: value, found {type(loaded).__name__}")
+            data.update(loaded)
         data.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls(**data)
@@ -44,7 +52,7 @@ class Section(BaseModel):
 
 
 def read_yaml(path: str | Path | None) -> dict[str, Any]:
-    """The mapping in the YAML file ``path`` ({} for None)."""
+    """The mapping in the YAML file ``path`` ({} for None), as :meth:`Section.load` reads it."""
     if path is None:
         return {}
     p = Path(path)
@@ -56,7 +64,7 @@ def read_yaml(path: str | Path | None) -> dict[str, Any]:
     return loaded
 
 
-def parse_sets(sets: list[str] | None) -> dict[str, Any]:
+def sets_to_dict(sets: list[str] | None) -> dict[str, Any]:
     """``["key=value", "a.b=1"]`` -> {"key": value, "a": {"b": 1}}; values are read as YAML scalars/lists."""
     out: dict[str, Any] = {}
     for item in sets or []:
@@ -86,7 +94,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def load_with_sets(cls: type[S], path: str | Path | None, sets: list[str] | None, **overrides: Any) -> S:
     """``cls`` from the YAML ``path``, then ``--set key=value`` items, then ``overrides`` (flags; None = unset)."""
-    data = _merge(read_yaml(path), parse_sets(sets))
+    data = _merge(read_yaml(path), sets_to_dict(sets))
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return cls(**data)

@@ -7,16 +7,16 @@ from typer.testing import CliRunner
 
 from flashdraft.bench.config import BenchDecodeConfig
 from flashdraft.cli import app
-from flashdraft.config import ConfigError, load_with_sets, parse_sets
+from flashdraft.config import ConfigError, load_with_sets, sets_to_dict
 from flashdraft.decode import DECODERS
 from flashdraft.decode.config import DecodeConfig
 
 
-def test_parse_sets_reads_yaml_values_and_dotted_keys():
-    assert parse_sets(["a=1", "b=0.5", "c=[4, 8]", "d=text", "e.f=true"]) == {
+def test_sets_to_dict_reads_yaml_values_and_dotted_keys():
+    assert sets_to_dict(["a=1", "b=0.5", "c=[4, 8]", "d=text", "e.f=true"]) == {
         "a": 1, "b": 0.5, "c": [4, 8], "d": "text", "e": {"f": True}}
     with pytest.raises(ConfigError, match="not key=value"):
-        parse_sets(["oops"])
+        sets_to_dict(["oops"])
 
 
 def test_file_then_sets_then_flags(tmp_path):
