@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from flashdraft.errors import FlashdraftError
+
 S = TypeVar("S", bound="Section")
 
 
-class ConfigError(ValueError):
+class ConfigError(FlashdraftError, ValueError):
     """A config file or flag that cannot be used; the message says which field and why."""
 
 

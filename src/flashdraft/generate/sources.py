@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from flashdraft.errors import FlashdraftError
+
 LAYOUTS = ("conversations (ShareGPT)", "messages (OpenAI)", "prompt", "instruction[+input]")
 ID_KEYS = ("id", "uuid", "conversation_id", "primary_id", "prompt_id", "task_id")
 SHAREGPT_ROLES = {
@@ -27,7 +29,7 @@ BUILTIN = ("stdlib-code", "stdlib-docs", "humaneval")
 HELDOUT = ("humaneval",)
 
 
-class SourceError(ValueError):
+class SourceError(FlashdraftError, ValueError):
     """A source that cannot be read at all (missing file, unknown layout, held-out set)."""
 
 

@@ -10,9 +10,9 @@ import typer
 
 from flashdraft.config import ConfigError
 from flashdraft.io import atomic_write_text
-from flashdraft.mix.classify import make_classifier
 from flashdraft.mix.config import MixConfig
 from flashdraft.mix.domains import MixError, format_mix, parse_mix
+from flashdraft.mix.methods import make_classifier
 
 app = typer.Typer(help="Measure a data set's domain mix (report), plan new prompt sources to reach a target mix "
                        "(plan), and write a training set at that mix (rebalance).", no_args_is_help=True,

@@ -36,13 +36,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb
 
+from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_replace_dir
 from flashdraft.models.target import Target, TargetError, check_target_layer_ids
 
 LayerType = Literal["full_attention", "sliding_attention"]
 
 
-class DrafterError(ValueError):
+class DrafterError(FlashdraftError, ValueError):
     """A drafter that does not fit its target or cannot be loaded; the message names both sides."""
 
 

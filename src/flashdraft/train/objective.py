@@ -27,13 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from flashdraft.errors import FlashdraftError
 from flashdraft.models.dflash import DFlashDrafter, DrafterError, rope_cos_sin
 from flashdraft.models.forward import attention_masks, capture_layer_outputs, documentwise_forward, lm_logits
 from flashdraft.models.recurrent import recurrent_family
 from flashdraft.models.target import Target
 
 
-class TrainError(ValueError):
+class TrainError(FlashdraftError, ValueError):
     """Training input or state that cannot be used; the message names the thing and the fix."""
 
 
