@@ -1,8 +1,9 @@
 """The typed config schema shared by every command.
 
 Each pipeline stage declares its section as a :class:`Section` subclass in its own package; a
-command reads it from YAML (``--config run.yaml``) and command-line flags override single fields.
-The same field names appear in the YAML, in the flags and in the config saved next to outputs.
+command reads it from YAML (``--config run.yaml``), then ``--set key=value`` pairs (any field, the
+value read as YAML), then its own flags, each overriding the one before. The same field names appear
+in the YAML, in ``--set``, in the flags and in the config saved next to outputs.
 """
 
 from __future__ import annotations
@@ -28,8 +29,14 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     @classmethod
-    def load(cls: type[S], path: str | Path | None = None, **overrides: Any) -> S:
-        """Read ``path`` (YAML) if given, then apply ``overrides`` whose value is not None."""
+    def section_name(cls) -> str:
+        """``TrainConfig`` -> ``train``: how messages name the section."""
+        return cls.__name__.removesuffix("Config").lower()
+
+    @classmethod
+    def load(cls: type[S], path: str | Path | None = None, sets: list[str] | None = None, **overrides: Any) -> S:
+        """Read ``path`` (YAML) if given, then the ``--set key=value`` pairs in ``sets``, then ``overrides``
+        whose value is not None; pydantic validates the result (types, bounds, unknown keys)."""
         data: dict[str, Any] = {}
         if path is not None:
             p = Path(path)
@@ -39,14 +46,37 @@ class Section(BaseModel):
             if not isinstance(loaded, dict):
                 raise ConfigError(f"config file {p} must hold a mapping of field: value, found {type(loaded).__name__}")
             data.update(loaded)
+        data.update(parse_sets(sets, cls))
         data.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls(**data)
         except ValidationError as e:
-            raise ConfigError(f"invalid {cls.__name__} config:\n{e}") from None
+            missing = [".".join(map(str, err["loc"])) for err in e.errors() if err["type"] == "missing"]
+            hint = (f"\nmissing: {', '.join(missing)}; pass the flag or set it in the --config YAML (or --set "
+                    f"{missing[0]}=...)") if missing else ""
+            raise ConfigError(f"invalid {cls.__name__} config:\n{e}{hint}") from None
 
     def save(self, path: str | Path) -> None:
         """Write the config as YAML (atomically: temp file + rename)."""
         from flashdraft.io import atomic_write_text
 
         atomic_write_text(Path(path), yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
+
+
+def parse_sets(items: list[str] | None, schema: type[Section]) -> dict[str, Any]:
+    """``--set key=value`` pairs -> field overrides of ``schema`` (values parsed as YAML: ``4``, ``[1, 3]``,
+    ``null``); a key that is not a field is a :class:`ConfigError` listing the fields."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r} must look like key=value (e.g. --set seed=4)")
+        key = key.strip().replace("-", "_")
+        known = [f.alias or name for name, f in schema.model_fields.items()]
+        if key not in known and key not in schema.model_fields:
+            raise ConfigError(f"--set {key}: no such {schema.section_name()} config field; known: {', '.join(known)}")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({e}); quote it") from None
+    return out
