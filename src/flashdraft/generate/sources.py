@@ -23,7 +23,7 @@ from flashdraft.records import Sample, content_hash
 __all__ = ["BUILTIN", "HELDOUT", "LAYOUTS", "BadInput", "Sample", "SourceError", "content_hash", "load_source",
            "parse_spec", "read_source"]
 
-LAYOUTS = ("openai", "sharegpt", "alpaca", "prompt", "qa")  # records' layouts that hold a prompt
+LAYOUTS = records.PROMPT_LAYOUTS
 BUILTIN = ("stdlib-code", "stdlib-docs", "humaneval")
 HELDOUT = ("humaneval",)
 REPLAYED_ROLES = ("system", "user", "assistant")

@@ -39,14 +39,6 @@ class Sample:
     messages: list[dict] | None = None
 
 
-def data_files(path: str | Path) -> list[Path]:
-    """The data files behind ``path`` (see :func:`flashdraft.records.data_files`)."""
-    try:
-        return records.data_files(path)
-    except records.RecordError as e:
-        raise MixRecordError.of(e) from None
-
-
 def _rows(path: str | Path) -> Iterator[tuple[records.Where, dict[str, Any]]]:
     try:
         yield from records.iter_rows(path)

@@ -13,14 +13,14 @@ from pathlib import Path
 
 from flashdraft.records.files import DATA_SUFFIXES, FORMATS, RecordError, Where, data_files, iter_rows
 from flashdraft.records.layouts import (
-    CHAT_LAYOUTS, ID_KEYS, LAYOUTS, ROLE_ALIASES, Sample, content_hash, detect_layout, parse_row, row_id,
+    CHAT_LAYOUTS, ID_KEYS, LAYOUTS, PROMPT_LAYOUTS, ROLE_ALIASES, Sample, content_hash, detect_layout, parse_row, row_id,
     unknown_layout,
 )
 
 __all__ = [
-    "CHAT_LAYOUTS", "DATA_SUFFIXES", "FORMATS", "ID_KEYS", "LAYOUTS", "ROLE_ALIASES", "RecordError", "Sample", "Where",
-    "content_hash", "data_files", "detect_layout", "iter_rows", "parse_row", "prompt_text", "read_prompts",
-    "read_samples", "row_id", "unknown_layout",
+    "CHAT_LAYOUTS", "DATA_SUFFIXES", "FORMATS", "ID_KEYS", "LAYOUTS", "PROMPT_LAYOUTS", "ROLE_ALIASES", "RecordError",
+    "Sample", "Where", "content_hash", "data_files", "detect_layout", "iter_rows", "parse_row", "prompt_text",
+    "read_prompts", "read_samples", "row_id", "unknown_layout",
 ]
 
 
@@ -54,5 +54,5 @@ def read_prompts(path: str | Path, limit: int | None = None) -> Iterator[tuple[W
         if "prompt_ids" in row:
             yield where, [int(t) for t in row["prompt_ids"]]
         else:
-            yield where, prompt_text(parse_row(row, where, LAYOUTS[:-1]))
+            yield where, prompt_text(parse_row(row, where, PROMPT_LAYOUTS))
         n += 1

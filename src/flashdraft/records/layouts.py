@@ -2,7 +2,9 @@
 
 Layouts, detected in this order (``LAYOUTS``):
 
-* ``openai``: ``messages`` = [{role, content}]; content is text or a list of parts;
+* ``openai``: ``messages`` = [{role, content}]; content is text, ``null`` (a turn of ``tool_calls`` only)
+  or a list of parts whose ``text`` parts are joined by newlines (image/audio parts are left out and named
+  in the message's ``skipped_parts``);
 * ``sharegpt``: ``conversations`` = [{from, value}] (or [{role, content}]);
 * ``anthropic``: either of the two with content blocks ``text`` / ``tool_use`` / ``tool_result``:
   a ``tool_use`` block becomes an assistant ``tool_calls`` entry
@@ -34,6 +36,7 @@ LAYOUT_FIELDS = {
     "alpaca": "instruction/input/output", "qa": "question/answer", "text": "text", "tokens": "token_ids/loss_mask",
 }
 CHAT_LAYOUTS = ("openai", "sharegpt", "anthropic")
+PROMPT_LAYOUTS = ("openai", "sharegpt", "alpaca", "prompt", "qa")  # the layouts that hold a prompt to answer
 ID_KEYS = ("id", "uuid", "conversation_id", "primary_id", "prompt_id", "task_id")
 ROLE_ALIASES = {
     "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
@@ -49,8 +52,8 @@ _USED = {
 
 @dataclass
 class Sample:
-    """One record: ``messages`` ([{role, content[, tool_calls | tool_call_id]}], content always text), the
-    layout it came in, and the row's other fields in ``meta``. ``source``/``id`` are set by the reader."""
+    """One record: ``messages`` ([{role, content[, tool_calls | tool_call_id | skipped_parts]}], content always
+    text), the layout it came in, and the row's other fields in ``meta``. ``source``/``id`` are set by the reader."""
 
     source: str
     id: str
