@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from flashdraft.mix.classify import make_classifier
+from flashdraft.mix.methods import make_classifier
 from flashdraft.mix.records import to_sample
 
 DEFAULT_SET = Path(__file__).resolve().parents[1] / "src/flashdraft/mix/data/eval_set.jsonl"

@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from flashdraft.mix.classify import make_classifier
+from flashdraft.mix.methods import make_classifier
 from flashdraft.mix.records import to_sample
 
 DATA = Path(__file__).resolve().parents[1] / "src/flashdraft/mix/data"

@@ -125,7 +125,7 @@ def main() -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
     from flashdraft.models.target import load_target
-    from flashdraft.train.cli import parse_sets
+    from flashdraft.config import parse_sets
     from flashdraft.train.config import TrainConfig
 
     prompts_path, data_path = out / "prompts.jsonl", out / "generated"
@@ -150,7 +150,7 @@ def main() -> None:
         over["max_steps"] = a.max_steps
     if a.offline:
         over["features"] = str(out / "features")
-    cfg = TrainConfig.load(a.config, **{**over, **parse_sets(a.set)})  # real tau is measured in the eval stage below
+    cfg = TrainConfig.load(a.config, **{**over, **parse_sets(a.set, TrainConfig)})  # real tau is measured in the eval stage below
     results: dict = {"config": cfg.model_dump(mode="json")}
     if "train" in stages:
         from flashdraft.train.data import load_examples

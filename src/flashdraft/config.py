@@ -1,9 +1,9 @@
 """The typed config schema shared by every command.
 
 Each pipeline stage declares its section as a :class:`Section` subclass in its own package; a
-command reads it from YAML (``--config run.yaml``) and command-line flags override single fields;
-:func:`load_with_sets` also takes ``--set key=value`` items between the two.
-The same field names appear in the YAML, in the flags and in the config saved next to outputs.
+command reads it from YAML (``--config run.yaml``), then ``--set key=value`` pairs (any field, the
+value read as YAML), then its own flags, each overriding the one before. The same field names appear
+in the YAML, in ``--set``, in the flags and in the config saved next to outputs.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from flashdraft.errors import FlashdraftError
+
 S = TypeVar("S", bound="Section")
 
 
-class ConfigError(ValueError):
+class ConfigError(FlashdraftError, ValueError):
     """A config file or flag that cannot be used; the message says which field and why."""
 
 
@@ -27,22 +29,24 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     @classmethod
-    def load(cls: type[S], path: str | Path | None = None, **overrides: Any) -> S:
-        """Read ``path`` (YAML) if given, then apply ``overrides`` whose value is not None."""
-        data: dict[str, Any] = {}
-        if path is not None:
-            p = Path(path)
-            if not p.is_file():
-                raise ConfigError(f"config file {p} does not exist; pass an existing YAML file or drop --config")
-            loaded = yaml.safe_load(p.read_text()) or {}
-            if not isinstance(loaded, dict):
-                raise ConfigError(f"config file {p} must hold a mapping of field: value, found {type(loaded).__name__}")
-            data.update(loaded)
+    def section_name(cls) -> str:
+        """``TrainConfig`` -> ``train``: how messages name the section."""
+        return cls.__name__.removesuffix("Config").lower()
+
+    @classmethod
+    def load(cls: type[S], path: str | Path | None = None, sets: list[str] | None = None, **overrides: Any) -> S:
+        """Read ``path`` (YAML) if given, then the ``--set key=value`` pairs in ``sets``, then ``overrides``
+        whose value is not None; pydantic validates the result (types, bounds, unknown keys)."""
+        data = dict(read_yaml(path))
+        data.update(parse_sets(sets, cls))
         data.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls(**data)
         except ValidationError as e:
-            raise ConfigError(f"invalid {cls.__name__} config:\n{e}") from None
+            missing = [".".join(map(str, err["loc"])) for err in e.errors() if err["type"] == "missing"]
+            hint = (f"\nmissing: {', '.join(missing)}; pass the flag or set it in the --config YAML (or --set "
+                    f"{missing[0]}=...)") if missing else ""
+            raise ConfigError(f"invalid {cls.__name__} config:\n{e}{hint}") from None
 
     def save(self, path: str | Path) -> None:
         """Write the config as YAML (atomically: temp file + rename)."""
@@ -100,3 +104,15 @@ def load_with_sets(cls: type[S], path: str | Path | None, sets: list[str] | None
         return cls(**data)
     except ValidationError as e:
         raise ConfigError(f"invalid {cls.__name__} config:\n{e}") from None
+
+
+def parse_sets(items: list[str] | None, schema: type[Section]) -> dict[str, Any]:
+    """``--set key=value`` pairs -> field overrides of ``schema`` (values parsed as YAML: ``4``, ``[1, 3]``,
+    ``null``); a key that is not a field is a :class:`ConfigError` listing the fields."""
+    items = [k.strip().replace("-", "_") + eq + v for k, eq, v in (i.partition("=") for i in items or [])]
+    out = sets_to_dict(items)
+    known = [f.alias or name for name, f in schema.model_fields.items()]
+    for key in out:
+        if key not in known and key not in schema.model_fields:
+            raise ConfigError(f"--set {key}: no such {schema.section_name()} config field; known: {', '.join(known)}")
+    return out

@@ -5,24 +5,36 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder, fsync, then rename."""
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temp file next to ``path`` for a writer to fill (any format: JSON Lines, Parquet, safetensors);
+    when the block ends it is fsynced, made readable (0644) and renamed onto ``path``; on an error it is removed.
+
+    The temp name is ``.<name>.<random>.tmp``, so a half-written file never matches ``path``'s pattern."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
+        yield Path(tmp)
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes owner-only files; outputs are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder, fsync, then rename."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -129,10 +129,10 @@ def test_interrupted_write_leaves_no_partial_shard(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real_replace(src, dst)
 
-    monkeypatch.setattr(features_mod.os, "replace", dying_replace)
+    monkeypatch.setattr(os, "replace", dying_replace)  # the shard write goes through io.atomic_path
     with pytest.raises(KeyboardInterrupt):
         write_features(t, ex, LAYERS, path, shard_size=2, dtype="float32", progress=False)
-    monkeypatch.setattr(features_mod.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     assert seen and seen[0] > 0
     assert [p.name for p in shards(path)] == ["shard-00000.safetensors"]
     assert not list(path.glob(".*.tmp"))  # the temp file is removed too

@@ -23,10 +23,11 @@ from pathlib import Path
 from flashdraft.decode.base import STAGES, build_decoder
 from flashdraft.decode.speculative import DDTreeDecoder, DFlashDecoder
 from flashdraft.decode.tree import chain_tree
+from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_write_text
 
 
-class BenchError(ValueError):
+class BenchError(FlashdraftError, ValueError):
     """Bad benchmark input; the message names the input and the fix."""
 
 

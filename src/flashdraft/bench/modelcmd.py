@@ -11,10 +11,11 @@ import yaml
 
 from flashdraft.bench.costmodel import PRESETS, Acceptance, CostModel, CostModelInput, Hardware, ModelTarget
 from flashdraft.config import ConfigError
+from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_write_text
 
 
-class ModelCmdError(ValueError):
+class ModelCmdError(FlashdraftError, ValueError):
     """Bad ``bench model`` input; the message names it and the fix."""
 
 

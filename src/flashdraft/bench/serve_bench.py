@@ -18,12 +18,13 @@ from pathlib import Path
 
 import httpx
 
+from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_write_text
 
 SPEC_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 
 
-class ServeBenchError(ValueError):
+class ServeBenchError(FlashdraftError, ValueError):
     """An endpoint or input that cannot be benchmarked; the message names it and the fix."""
 
 

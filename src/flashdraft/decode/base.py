@@ -7,10 +7,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, ClassVar
 
+from flashdraft.errors import FlashdraftError
+
 STAGES = ("prefill", "draft", "tree_build", "verify", "commit")
 
 
-class DecodeError(ValueError):
+class DecodeError(FlashdraftError, ValueError):
     """Bad decoding input; the message names the argument and the fix."""
 
 

@@ -8,7 +8,11 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from flashdraft.errors import FlashdraftError
+
 console = Console()
+CONFIG = typer.Option(None, "--config", help="YAML with this command's fields (flags override it)")
+SET = typer.Option(None, "--set", help="any field of this command: --set key=value (repeatable; flags override it)")
 
 
 def _fail(e: Exception) -> None:
@@ -16,33 +20,42 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
+def _str(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
 def _say(text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def export(
-    drafter: Path = typer.Argument(..., help="flashdraft drafter folder (config.json + model.safetensors)."),
-    to: str = typer.Option(..., "--to", help="Format: zlab, vllm, speculators or sglang."),
-    out: Path = typer.Option(..., "-o", "--out", help="Folder to write (replaced atomically)."),
-    target: str = typer.Option("gemma-3-270m", help="Target spec (embedded name, .gguf, HF folder or id)."),
+    drafter: Optional[Path] = typer.Argument(None, help="flashdraft drafter folder (config.json + model.safetensors)."),
+    to: Optional[str] = typer.Option(None, "--to", help="Format: zlab, vllm, speculators or sglang."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder to write (replaced atomically)."),
+    target: Optional[str] = typer.Option(None, help="Target spec (embedded name, .gguf, HF folder or id; "
+                                         "default gemma-3-270m)."),
     target_ref: Optional[str] = typer.Option(None, help="Target name written into the files and commands "
                                              "(default: the resolved target folder)."),
     modeling_file: Optional[Path] = typer.Option(None, help="z-lab's dflash.py to place next to the weights "
                                                  "(for AutoModel trust_remote_code)."),
     dtype: Optional[str] = typer.Option(None, help="dtype the server runs (a shipped embedding table is made in it; "
                                         "default: the drafter's)."),
+    config: Optional[Path] = CONFIG, set_: Optional[list[str]] = SET,
 ) -> None:
     """Write a trained drafter in a format vLLM, SGLang, speculators or the z-lab code loads unchanged."""
-    from flashdraft.export.formats import ExportError, export_drafter
+    from flashdraft.export.config import ExportConfig
+    from flashdraft.export.formats import export_drafter
     from flashdraft.export.serve import serve_commands
-    from flashdraft.models.drafter import DrafterError
-    from flashdraft.models.target import TargetError, load_target, resolve_target_path
+    from flashdraft.models.target import load_target, resolve_target_path
 
     try:
-        tgt = load_target(target)
-        ref = target_ref or resolve_target_path(target)
-        rep = export_drafter(drafter, to, out, tgt, ref, modeling_file, dtype)
-    except (ExportError, DrafterError, TargetError) as e:
+        cfg = ExportConfig.load(config, sets=set_, drafter=_str(drafter), to=to, out=_str(out), target=target,
+                                target_ref=target_ref, modeling_file=_str(modeling_file), dtype=dtype)
+        tgt = load_target(cfg.target)
+        ref = cfg.target_ref or resolve_target_path(cfg.target)
+        rep = export_drafter(Path(cfg.drafter), cfg.to, Path(cfg.out), tgt, ref,
+                             Path(cfg.modeling_file) if cfg.modeling_file else None, cfg.dtype)
+    except FlashdraftError as e:
         _fail(e)
     _say(f"wrote {rep.out} ({rep.format})")
     for n in rep.notes:
@@ -52,38 +65,49 @@ def export(
 
 
 def import_(
-    source: Path = typer.Argument(..., help="Checkpoint folder: z-lab DFlash, vLLM-style, SGLang or speculators."),
-    out: Path = typer.Option(..., "-o", "--out", help="flashdraft drafter folder to write."),
-    from_: str = typer.Option("auto", "--from", help="auto, zlab, vllm, sglang or speculators."),
+    source: Optional[Path] = typer.Argument(None, help="Checkpoint folder: z-lab DFlash, vLLM-style, SGLang or "
+                                            "speculators."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="flashdraft drafter folder to write."),
+    from_: Optional[str] = typer.Option(None, "--from", help="auto (default), zlab, vllm, sglang or speculators."),
     target: Optional[str] = typer.Option(None, help="Target to check the fit against (and to fill "
                                          "num_target_layers when the checkpoint lacks it)."),
     mask_token_id: Optional[int] = typer.Option(None, help="Mask token id for checkpoints without one."),
+    config: Optional[Path] = CONFIG, set_: Optional[list[str]] = SET,
 ) -> None:
     """Convert a published DFlash drafter into flashdraft's format (for bench decode, run, train)."""
-    from flashdraft.export.formats import ExportError
+    from flashdraft.export.config import ImportConfig
     from flashdraft.export.importers import import_drafter
-    from flashdraft.models.target import TargetError, load_target
+    from flashdraft.models.target import load_target
 
     try:
-        tgt = load_target(target) if target else None
-        path, fmt, notes = import_drafter(source, out, from_, tgt, mask_token_id)
-    except (ExportError, TargetError) as e:
+        cfg = ImportConfig.load(config, sets=set_, source=_str(source), out=_str(out), from_=from_, target=target,
+                                mask_token_id=mask_token_id)
+        tgt = load_target(cfg.target) if cfg.target else None
+        path, fmt, notes = import_drafter(Path(cfg.source), Path(cfg.out), cfg.from_, tgt, cfg.mask_token_id)
+    except FlashdraftError as e:
         _fail(e)
-    _say(f"imported {source} ({fmt}) -> {path}")
+    _say(f"imported {cfg.source} ({fmt}) -> {path}")
     for n in notes:
         _say(f"  - {n}")
 
 
 def serve_cmd(
-    drafter: Path = typer.Argument(..., help="Exported drafter folder."),
-    target: str = typer.Option(..., help="Target as the server should load it (HF folder or id)."),
+    drafter: Optional[Path] = typer.Argument(None, help="Exported drafter folder."),
+    target: Optional[str] = typer.Option(None, help="Target as the server should load it (HF folder or id)."),
     family: Optional[str] = typer.Option(None, help="Target model_type when the folder has no export manifest."),
-    port: int = typer.Option(8000),
+    port: Optional[int] = typer.Option(None, help="Server port (default 8000)."),
+    config: Optional[Path] = CONFIG, set_: Optional[list[str]] = SET,
 ) -> None:
     """Print the vLLM (baseline and speculative) and SGLang commands that serve an exported drafter."""
+    from flashdraft.export.config import ServeCmdConfig
+    from flashdraft.export.formats import ExportError
     from flashdraft.export.serve import serve_commands
 
-    if not (drafter / "config.json").is_file():
-        _fail(FileNotFoundError(f"{drafter}/config.json not found; pass a folder written by `flashdraft export`"))
-    for name, cmd in serve_commands(drafter, target, family, port).items():
+    try:
+        cfg = ServeCmdConfig.load(config, sets=set_, drafter=_str(drafter), target=target, family=family, port=port)
+        if not (Path(cfg.drafter) / "config.json").is_file():
+            raise ExportError(f"{cfg.drafter}/config.json not found; pass a folder written by `flashdraft export`")
+    except FlashdraftError as e:
+        _fail(e)
+    for name, cmd in serve_commands(Path(cfg.drafter), cfg.target, cfg.family, cfg.port).items():
         _say(f"{name}: {cmd}")

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flashdraft.errors import FlashdraftError
 
-class ConventionError(ValueError):
+
+class ConventionError(FlashdraftError, ValueError):
     """Layer ids in a file that do not translate into flashdraft ids; the message names the field."""
 
 

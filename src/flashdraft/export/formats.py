@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from flashdraft.errors import FlashdraftError
 from flashdraft.export.conventions import CONVENTIONS
 from flashdraft.export.quirks import TargetQuirks, measure_quirks, served_embedding_table
 from flashdraft.io import atomic_replace_dir
@@ -32,7 +33,7 @@ ARCHITECTURES = {"DFlashDraftModel": "dflash"}  # config.json architectures[0] -
 SGLANG_EMBED_IN_MODULE = {"gemma3_text", "gemma3"}
 
 
-class ExportError(ValueError):
+class ExportError(FlashdraftError, ValueError):
     """A drafter a format cannot express, or bad export input; the message names both and the fix."""
 
 

@@ -8,12 +8,15 @@ from typing import Optional
 import typer
 
 from flashdraft.config import ConfigError
+from flashdraft.errors import exit_on_error
 
 
 def generate(
     sources: Optional[list[str]] = typer.Argument(None, help="prompt sources: .jsonl/.json/.parquet, datasets folder, "
                                                   "stdlib-code, stdlib-docs, humaneval; NAME=LOCATION to name one"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML with GenerateConfig fields"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="any GenerateConfig field: --set key=value "
+                                             "(repeatable; flags override it)"),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="output folder"),
     target: Optional[str] = typer.Option(None, help="target: gemma-3-270m, HF folder/id or .gguf"),
     backend: Optional[str] = typer.Option(None, help="vllm | hf | openai"),
@@ -53,9 +56,7 @@ def generate(
     max_retries: Optional[int] = typer.Option(None, help="openai: retries on 408/429/5xx/timeouts"),
 ) -> None:
     """Regenerate prompts' answers with the target (the drafter's training data), resumable."""
-    from flashdraft.generate.output import OutputError
     from flashdraft.generate.runner import run
-    from flashdraft.generate.sources import SourceError
 
     overrides = dict(
         sources=sources or None, output=output, target=target, backend=backend, dtype=dtype, resume=resume,
@@ -68,16 +69,13 @@ def generate(
         enforce_eager=enforce_eager, batch_size=batch_size, device=device, servers=server or None,
         api_model=api_model, concurrency=concurrency, request_timeout=request_timeout, max_retries=max_retries,
     )
-    try:
+    with exit_on_error():
         from flashdraft.generate.config import GenerateConfig
 
-        cfg = GenerateConfig.load(config, **overrides)
+        cfg = GenerateConfig.load(config, sets=set_, **overrides)
         if not cfg.sources:
             raise ConfigError("no prompt sources; pass files/folders or stdlib-code, stdlib-docs as arguments")
         run(cfg)
-    except (ConfigError, SourceError, OutputError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ class GenerateConfig(Section):
     # what
     sources: list[str] = Field(
         default_factory=list,
-        description="prompt sources: a .jsonl/.json/.parquet file, a datasets.save_to_disk folder, or a built-in "
-        "name (stdlib-code, stdlib-docs, humaneval); prefix NAME= to set the source name",
+        description="prompt sources: a .jsonl/.json/.parquet file, a folder of them, a datasets.save_to_disk folder, "
+        "or a built-in name (stdlib-code, stdlib-docs, humaneval); prefix NAME= to set the source name",
     )
     limit: int | None = Field(None, ge=1, description="at most this many samples per source")
     include_heldout: bool = Field(False, description="allow held-out benchmark sources (humaneval) as training prompts")

@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_write_bytes, atomic_write_text
 
 SCHEMA = pa.schema([
@@ -36,7 +37,7 @@ SCHEMA = pa.schema([
 PART_RE = re.compile(r"part-s(\d+)-w(\d+)-(\d+)\.parquet$")
 
 
-class OutputError(RuntimeError):
+class OutputError(FlashdraftError, RuntimeError):
     """An output folder that cannot be used as asked (e.g. not empty without --resume)."""
 
 

@@ -1,48 +1,36 @@
-"""Prompt sources: files (JSONL, JSON, Parquet), ``datasets`` folders and built-in offline prompt sets.
+"""Prompt sources: record files and folders (read by :mod:`flashdraft.records`) and built-in offline prompt sets.
 
-Every row is normalised to a :class:`Sample` (source name, stable id, OpenAI-style ``messages``).
-Layouts understood (first match wins): ShareGPT ``conversations`` ([{from, value}] or [{role, content}]),
-OpenAI ``messages``, ``{prompt}`` (text or messages) and ``{instruction, input}``. A row that cannot be
-used becomes a :class:`BadInput` with its reason; a file whose first row matches no layout is an error.
+Every row becomes a :class:`~flashdraft.records.Sample` (source name, stable id, OpenAI-style ``messages``);
+any layout :mod:`flashdraft.records` reads except bare ``text`` and token rows is a prompt source.
+Regeneration replays the system and user turns, so a row is usable only if its turns are system, user or
+assistant text with a non-empty user turn; any other row becomes a :class:`BadInput` with its reason (tool
+turns, image parts, empty conversations). A file whose first row matches no layout is an error.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-import hashlib
-import json
 import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-LAYOUTS = ("conversations (ShareGPT)", "messages (OpenAI)", "prompt", "instruction[+input]")
-ID_KEYS = ("id", "uuid", "conversation_id", "primary_id", "prompt_id", "task_id")
-SHAREGPT_ROLES = {
-    "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
-    "bard": "assistant", "bing": "assistant", "model": "assistant", "system": "system",
-}
+from flashdraft import records
+from flashdraft.errors import FlashdraftError
+from flashdraft.records import Sample, content_hash
+
+__all__ = ["BUILTIN", "HELDOUT", "LAYOUTS", "BadInput", "Sample", "SourceError", "content_hash", "load_source",
+           "parse_spec", "read_source"]
+
+LAYOUTS = records.PROMPT_LAYOUTS
 BUILTIN = ("stdlib-code", "stdlib-docs", "humaneval")
 HELDOUT = ("humaneval",)
+REPLAYED_ROLES = ("system", "user", "assistant")
 
 
-class SourceError(ValueError):
+class SourceError(FlashdraftError, ValueError):
     """A source that cannot be read at all (missing file, unknown layout, held-out set)."""
-
-
-@dataclass
-class Sample:
-    """One conversation to regenerate. ``messages`` may hold the source's assistant turns (ignored)."""
-
-    source: str
-    id: str
-    messages: list[dict]
-
-    @property
-    def prompt_key(self) -> str:
-        """Content hash of the non-assistant turns: identical prompts share it (deduplication)."""
-        return content_hash(self.messages)
 
 
 @dataclass
@@ -53,113 +41,6 @@ class BadInput:
     id: str
     reason: str
     detail: str = ""
-
-
-def content_hash(messages: list[dict]) -> str:
-    turns = [[m["role"], m["content"]] for m in messages if m["role"] != "assistant"]
-    return hashlib.sha256(json.dumps(turns, ensure_ascii=False).encode()).hexdigest()[:20]
-
-
-def _text(content) -> str:
-    """Message content as text: a string, or the text parts of an OpenAI content list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
-        if len(parts) == len(content):
-            return "".join(parts)
-        raise ValueError("content has non-text parts (images/audio are not supported)")
-    raise ValueError(f"content is {type(content).__name__}, expected text")
-
-
-def _messages(turns, role_key: str, content_key: str) -> list[dict]:
-    out = []
-    for t in turns:
-        if not isinstance(t, dict) or role_key not in t or content_key not in t:
-            raise ValueError(f"turn without {role_key!r}/{content_key!r}: {str(t)[:80]}")
-        role = SHAREGPT_ROLES.get(str(t[role_key]).lower()) if role_key == "from" else str(t[role_key]).lower()
-        if role not in ("system", "user", "assistant"):
-            raise ValueError(f"unsupported role {t[role_key]!r} (system, user and assistant are supported)")
-        out.append({"role": role, "content": _text(t[content_key])})
-    return out
-
-
-def detect_layout(row: dict) -> str | None:
-    if isinstance(row.get("conversations"), list):
-        return "conversations"
-    if isinstance(row.get("messages"), list):
-        return "messages"
-    if "prompt" in row:
-        return "prompt"
-    if "instruction" in row:
-        return "instruction"
-    return None
-
-
-def row_messages(row: dict, layout: str) -> list[dict]:
-    """The row's conversation in the given layout; ValueError says what is wrong."""
-    if layout == "conversations":
-        turns = row["conversations"]
-        keys = ("from", "value") if turns and isinstance(turns[0], dict) and "from" in turns[0] else ("role", "content")
-        msgs = _messages(turns, *keys)
-    elif layout == "messages":
-        msgs = _messages(row["messages"], "role", "content")
-    elif layout == "prompt":
-        p = row["prompt"]
-        msgs = _messages(p, "role", "content") if isinstance(p, list) else [{"role": "user", "content": _text(p)}]
-        if isinstance(row.get("system"), str) and row["system"]:
-            msgs.insert(0, {"role": "system", "content": row["system"]})
-    elif layout == "instruction":
-        text = _text(row["instruction"])
-        extra = row.get("input") or ""
-        msgs = [{"role": "user", "content": f"{text}\n\n{_text(extra)}" if extra else text}]
-    else:
-        raise ValueError(f"unknown layout {layout!r}")
-    if not any(m["role"] == "user" and m["content"].strip() for m in msgs):
-        raise ValueError("empty conversation (no non-empty user turn)")
-    return msgs
-
-
-def _rows_jsonl(path: Path) -> Iterator[tuple[str, dict | BadInput]]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield f"line{n}", BadInput("", f"line{n}", "malformed", f"line {n}: {e}")
-                continue
-            yield f"line{n}", row if isinstance(row, dict) else BadInput("", f"line{n}", "malformed", f"line {n} is not an object")
-
-
-def _rows_json(path: Path) -> Iterator[tuple[str, dict | BadInput]]:
-    data = json.loads(path.read_text())
-    if not isinstance(data, list):
-        raise SourceError(f"{path}: a .json source must hold a list of rows; use .jsonl for one row per line")
-    for n, row in enumerate(data):
-        yield f"row{n}", row if isinstance(row, dict) else BadInput("", f"row{n}", "malformed", "row is not an object")
-
-
-def _rows_parquet(path: Path) -> Iterator[tuple[str, dict]]:
-    import pyarrow.parquet as pq
-
-    n = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-        for row in batch.to_pylist():
-            yield f"row{n}", row
-            n += 1
-
-
-def _rows_disk(path: Path) -> Iterator[tuple[str, dict]]:
-    import datasets
-
-    ds = datasets.load_from_disk(str(path))
-    if isinstance(ds, datasets.DatasetDict):
-        split = "train" if "train" in ds else next(iter(ds))
-        ds = ds[split]
-    for n, row in enumerate(ds):
-        yield f"row{n}", row
 
 
 @functools.lru_cache(maxsize=1)
@@ -226,51 +107,87 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return (spec if spec in BUILTIN else Path(spec.rstrip("/")).stem), spec
 
 
-def _rows(loc: str, include_heldout: bool):
+def _place(where: records.Where | str) -> str:
+    if isinstance(where, records.Where):
+        return f"line {where.line}" if where.line is not None else f"row {where.row}"
+    return str(where)
+
+
+def _rows(loc: str, include_heldout: bool) -> Iterator[tuple[records.Where | str, dict | records.RecordError]]:
     if loc in BUILTIN:
         if loc in HELDOUT and not include_heldout:
             raise SourceError(f"source {loc!r} is held out for benchmarks; pass --include-heldout to train on it anyway")
         return _humaneval() if loc == "humaneval" else _stdlib(loc.split("-")[1])
-    path = Path(loc)
-    if not path.exists():
+    if not Path(loc).exists():
         raise SourceError(
             f"source {loc!r} is neither a file, a datasets folder, nor a built-in set ({', '.join(BUILTIN)})"
         )
-    if path.is_dir():
-        return _rows_disk(path)
-    readers = {".jsonl": _rows_jsonl, ".json": _rows_json, ".parquet": _rows_parquet}
-    if path.suffix not in readers:
-        raise SourceError(f"source {loc}: unsupported file type {path.suffix!r}; use .jsonl, .json, .parquet or a folder")
-    return readers[path.suffix](path)
+    return records.iter_rows(loc, keep_bad=True)
+
+
+def _items(spec: str, include_heldout: bool) -> Iterator[tuple[str, Sample | BadInput]]:
+    """(id of the row for error reports, sample or bad row) of every row of one source spec."""
+    name, loc = parse_spec(spec)
+    first = True
+    try:
+        for where, row in _rows(loc, include_heldout):
+            key = f"{name}:{where.key if isinstance(where, records.Where) else where}"
+            if isinstance(row, records.RecordError):
+                yield key, BadInput(name, key, "malformed", f"{_place(where)}: {row.reason}")
+                continue
+            if records.detect_layout(row, LAYOUTS) is None:
+                reason = records.unknown_layout(row, LAYOUTS)
+                if first:
+                    raise SourceError(f"source {name} ({loc}): {where} {reason}. Rename the columns or convert the file.")
+                yield key, BadInput(name, key, "malformed", f"{_place(where)}: {reason}")
+                continue
+            first = False
+            raw = records.row_id(row)
+            key = f"{name}:{raw}" if raw is not None else key
+            try:
+                s = records.parse_row(row, where, LAYOUTS)
+            except records.RecordError as e:
+                yield key, BadInput(name, key, "malformed", f"{_place(where)}: {e.reason}")
+                continue
+            s.source, s.id = name, f"{name}:{raw}" if raw is not None else f"{name}:{content_hash(s.messages)}"
+            yield key, s
+    except records.RecordError as e:  # the file itself (unknown suffix, corrupt Parquet, not one JSON document)
+        raise SourceError(f"source {name}: {e}") from None
+
+
+def read_source(spec: str, include_heldout: bool = False) -> Iterator[Sample | BadInput]:
+    """Every row of one source spec as a :class:`Sample` with all its messages (tool calls and results
+    included), or a :class:`BadInput` for a row that cannot be read; no regeneration rules applied."""
+    for _, item in _items(spec, include_heldout):
+        yield item
+
+
+def replay_problem(messages: list[dict]) -> tuple[str, str] | None:
+    """Why a conversation cannot be regenerated turn by turn, as (reason, detail), or None if it can."""
+    for m in messages:
+        if m["role"] not in REPLAYED_ROLES:
+            return "malformed", f"unsupported role {m['role']!r} (system, user and assistant are supported)"
+        if m.get("skipped_parts"):
+            return "malformed", f"content has non-text parts ({', '.join(m['skipped_parts'])}); images/audio are not supported"
+    if not any(m["role"] == "user" and m["content"].strip() for m in messages):
+        return "empty_conversation", "empty conversation (no non-empty user turn)"
+    return None
 
 
 def load_source(spec: str, limit: int | None = None, include_heldout: bool = False) -> Iterator[Sample | BadInput]:
-    """Yield the samples (and skipped rows) of one source spec, at most ``limit`` samples."""
-    name, loc = parse_spec(spec)
-    first = True
+    """Yield the samples that can be regenerated (and the skipped rows) of one source spec, at most ``limit``
+    samples. A sample's messages are its role/content turns (system, user, assistant)."""
     count = 0
-    for row_id, row in _rows(loc, include_heldout):
+    for key, s in _items(spec, include_heldout):
         if limit is not None and count >= limit:
             return
-        if isinstance(row, BadInput):
-            row.source, row.id = name, f"{name}:{row.id}"
-            yield row
+        if isinstance(s, BadInput):
+            yield s
             continue
-        layout = detect_layout(row)
-        if layout is None:
-            msg = f"unknown layout, keys found: {sorted(row)}; supported layouts: {', '.join(LAYOUTS)}"
-            if first:
-                raise SourceError(f"source {name} ({loc}): {msg}. Rename the columns or convert the file.")
-            yield BadInput(name, f"{name}:{row_id}", "malformed", msg)
+        problem = replay_problem(s.messages)
+        if problem is not None:
+            yield BadInput(s.source, key, *problem)
             continue
-        first = False
-        raw = next((row[k] for k in ID_KEYS if row.get(k) not in (None, "")), None)
-        try:
-            msgs = row_messages(row, layout)
-        except (ValueError, KeyError, TypeError) as e:
-            reason = "empty_conversation" if "empty conversation" in str(e) else "malformed"
-            yield BadInput(name, f"{name}:{raw if raw is not None else row_id}", reason, f"{row_id}: {e}")
-            continue
-        sid = f"{name}:{raw}" if raw is not None else f"{name}:{content_hash(msgs)}"
+        s.messages = [{"role": m["role"], "content": m["content"]} for m in s.messages]
         count += 1
-        yield Sample(name, sid, msgs)
+        yield s

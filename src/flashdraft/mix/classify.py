@@ -18,24 +18,14 @@ A rule whose domain is not in the label set is skipped, so a smaller label set j
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 import re
 
 from flashdraft.mix import signals as S
-from flashdraft.mix.domains import DEFAULT_DOMAINS, MixError, check_labels
+from flashdraft.mix.domains import DEFAULT_DOMAINS, Label, MixError, check_labels
 from flashdraft.mix.records import Sample
 
 # Characters read: the head and tail of the prompt and the head of the response (a bound on time per sample).
 PROMPT_HEAD, PROMPT_TAIL, RESPONSE_HEAD = 1500, 2500, 3000
-
-
-@dataclass(slots=True)
-class Label:
-    """A domain and the signals (name -> value) that decided it."""
-
-    domain: str
-    rule: str
-    signals: dict[str, float | int | str] = field(default_factory=dict)
 
 
 def _clip(text: str) -> str:
@@ -201,27 +191,6 @@ class RuleClassifier:
             out.append(("general", "prose"))
         out.append(("other", "too_little_text"))
         return out
-
-
-def make_classifier(method: str = "learned", labels: Iterable[str] = DEFAULT_DOMAINS,
-                    keyword_labels: Mapping[str, Sequence[str]] | None = None, model_path: str | None = None,
-                    abstain_below: float = 0.0):
-    """Build the classifier named by ``method``: "learned" (the default; ``model_path`` or the shipped head),
-    "rules", or "embedding" with a trained ``model_path``."""
-    if method == "rules":
-        return RuleClassifier(labels, keyword_labels)
-    if method == "learned":
-        from flashdraft.mix.learned import LearnedClassifier
-
-        return LearnedClassifier.load(model_path, labels=labels, keyword_labels=keyword_labels,
-                                      abstain_below=abstain_below)
-    if method == "embedding":
-        from flashdraft.mix.embed import EmbeddingClassifier
-
-        if not model_path:
-            raise MixError("--method embedding needs --model PATH, a head trained with `flashdraft mix train-embed`")
-        return EmbeddingClassifier.load(model_path)
-    raise MixError(f"unknown classifier method {method!r}; use 'learned', 'rules' or 'embedding'")
 
 
 def classify_stream(batches: Iterable[Sequence[Sample]], classifier, workers: int = 1):

@@ -8,11 +8,11 @@ from typing import Optional
 
 import typer
 
-from flashdraft.config import ConfigError
+from flashdraft.errors import exit_on_error
 from flashdraft.io import atomic_write_text
-from flashdraft.mix.classify import make_classifier
 from flashdraft.mix.config import MixConfig
 from flashdraft.mix.domains import MixError, format_mix, parse_mix
+from flashdraft.mix.methods import make_classifier
 
 app = typer.Typer(help="Measure a data set's domain mix (report), plan new prompt sources to reach a target mix "
                        "(plan), and write a training set at that mix (rebalance).", no_args_is_help=True,
@@ -23,21 +23,17 @@ LABELS = typer.Option(None, "--labels", help="comma-separated domain label set (
 METHOD = typer.Option(None, "--method", help="classifier: learned (default), rules or embedding")
 MODEL = typer.Option(None, "--model", help="head file: a learned head (default: the shipped one) or an embedding head")
 WORKERS = typer.Option(None, "--workers", help="processes that classify (default 1)")
+SET = typer.Option(None, "--set", help="any mix config field: --set key=value (repeatable; flags override it)")
 
 
-def _config(config: Optional[Path], labels: Optional[str], method: Optional[str], model: Optional[str],
-            workers: Optional[int], **more) -> MixConfig:
-    return MixConfig.load(config, labels=labels.split(",") if labels else None, method=method, model=model,
-                          workers=workers, **more)
+def _config(config: Optional[Path], sets: Optional[list[str]], labels: Optional[str], method: Optional[str],
+            model: Optional[str], workers: Optional[int], **more) -> MixConfig:
+    return MixConfig.load(config, sets=sets, labels=labels.split(",") if labels else None, method=method,
+                          model=model, workers=workers, **more)
 
 
 def _classifier(cfg: MixConfig):
     return make_classifier(cfg.method, cfg.labels, cfg.keyword_labels, cfg.model, cfg.abstain_below)
-
-
-def _fail(e: Exception) -> None:
-    typer.echo(f"error: {e}", err=True)
-    raise typer.Exit(2)
 
 
 def _composition_counts(path: Path, cfg: MixConfig, clf) -> tuple[dict[str, int], int]:
@@ -66,19 +62,17 @@ def report(
     seed: Optional[int] = typer.Option(None, "--seed"),
     chart: bool = typer.Option(True, "--chart/--no-chart", help="write the bar chart PNG"),
     config: Optional[Path] = CONFIG, labels: Optional[str] = LABELS, method: Optional[str] = METHOD,
-    model: Optional[str] = MODEL, workers: Optional[int] = WORKERS,
+    model: Optional[str] = MODEL, workers: Optional[int] = WORKERS, set_: Optional[list[str]] = SET,
 ) -> None:
     """Composition per domain and per source (count, share, tokens, mean response length), a bar chart and
     random examples per domain to check by hand."""
     from flashdraft.mix.report import compose_path, write_report
 
-    try:
-        cfg = _config(config, labels, method, model, workers, examples=examples, seed=seed)
+    with exit_on_error():
+        cfg = _config(config, set_, labels, method, model, workers, examples=examples, seed=seed)
         comp = compose_path(data, _classifier(cfg), cfg.examples, cfg.seed, cfg.batch_size, cfg.source_field,
                             cfg.workers)
         paths = write_report(comp, out, data.name, chart=chart)
-    except (MixError, ConfigError) as e:
-        _fail(e)
     typer.echo(f"{comp.total:,} samples: {format_mix(comp.shares())}")
     for kind, p in paths.items():
         typer.echo(f"{kind}: {p}")
@@ -101,14 +95,14 @@ def plan(
     out: Optional[Path] = typer.Option(None, "--out", help="write the markdown plan here (default: print it)"),
     tolerance: Optional[float] = typer.Option(None, "--tolerance", help="allowed deviation per domain (0.01 = 1 pp)"),
     config: Optional[Path] = CONFIG, labels: Optional[str] = LABELS, method: Optional[str] = METHOD,
-    model: Optional[str] = MODEL, workers: Optional[int] = WORKERS,
+    model: Optional[str] = MODEL, workers: Optional[int] = WORKERS, set_: Optional[list[str]] = SET,
 ) -> None:
     """How many prompts to take from each candidate source to land on the target mix (linear program), the
     expected mix, and the regeneration time from a measured throughput."""
     from flashdraft.mix.plan import Candidate, hours_for, render_plan, solve_plan
 
-    try:
-        cfg = _config(config, labels, method, model, workers, tolerance=tolerance)
+    with exit_on_error():
+        cfg = _config(config, set_, labels, method, model, workers, tolerance=tolerance)
         clf = _classifier(cfg)
         shares = parse_mix(target, cfg.labels)
         if not candidate:
@@ -134,8 +128,6 @@ def plan(
         note = (f" ({prompts_per_hour:,.0f} prompts/GPU-hour)" if prompts_per_hour else
                 f" ({gpu_hours_per_600k:g} GPU-hours per 600K prompts)" if gpu_hours_per_600k else "")
         text = render_plan(result, cands, hours, note)
-    except (MixError, ConfigError) as e:
-        _fail(e)
     if out:
         atomic_write_text(out, text)
         typer.echo(f"plan: {out}")
@@ -153,19 +145,17 @@ def rebalance(
     max_repeat: int = typer.Option(1, "--max-repeat", help="most copies of one row (1 = down-sampling only)"),
     seed: Optional[int] = typer.Option(None, "--seed"),
     config: Optional[Path] = CONFIG, labels: Optional[str] = LABELS, method: Optional[str] = METHOD,
-    model: Optional[str] = MODEL, workers: Optional[int] = WORKERS,
+    model: Optional[str] = MODEL, workers: Optional[int] = WORKERS, set_: Optional[list[str]] = SET,
 ) -> None:
     """Write a training set at exactly the target mix (down-sampling, or up-sampling up to --max-repeat copies),
     reproducible by --seed; prints the achieved mix."""
     from flashdraft.mix.rebalance import rebalance as run
 
-    try:
-        cfg = _config(config, labels, method, model, workers, seed=seed)
+    with exit_on_error():
+        cfg = _config(config, set_, labels, method, model, workers, seed=seed)
         shares = parse_mix(target, cfg.labels)
         res = run(data, out, _classifier(cfg), shares, total, max_repeat, cfg.seed, batch_size=cfg.batch_size,
                   workers=cfg.workers)
-    except (MixError, ConfigError) as e:
-        _fail(e)
     typer.echo(f"wrote {res.total:,} rows to {res.path}")
     typer.echo("| domain | available | written | share | target |")
     typer.echo("|---|---:|---:|---:|---:|")
@@ -184,7 +174,7 @@ def train_embed(
     from flashdraft.mix.embed import EmbeddingClassifier
     from flashdraft.mix.records import iter_rows, to_sample
 
-    try:
+    with exit_on_error():
         samples, gold = [], []
         for rows in iter_rows(labeled):
             for row in rows:
@@ -194,6 +184,4 @@ def train_embed(
                 gold.append(str(row[label_field]))
         clf = EmbeddingClassifier.train(samples, gold)
         clf.save(out)
-    except MixError as e:
-        _fail(e)
     typer.echo(f"trained on {len(samples):,} samples, labels {list(clf.labels)}; head: {out}")

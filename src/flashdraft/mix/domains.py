@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from flashdraft.errors import FlashdraftError
 
 DEFAULT_DOMAINS: tuple[str, ...] = ("coding", "math", "general", "tool_calling", "agent", "translation", "other")
 
@@ -10,8 +13,17 @@ DEFAULT_DOMAINS: tuple[str, ...] = ("coding", "math", "general", "tool_calling",
 SUM_TOLERANCE = 1e-3
 
 
-class MixError(ValueError):
+class MixError(FlashdraftError, ValueError):
     """Input that `flashdraft mix` cannot use; the message names the thing and the fix."""
+
+
+@dataclass(slots=True)
+class Label:
+    """A domain and the signals (name -> value) that decided it (what every classifier returns)."""
+
+    domain: str
+    rule: str
+    signals: dict[str, float | int | str] = field(default_factory=dict)
 
 
 def check_labels(labels: Iterable[str]) -> tuple[str, ...]:

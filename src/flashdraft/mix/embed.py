@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from flashdraft.io import atomic_write_bytes
-from flashdraft.mix.classify import Label
-from flashdraft.mix.domains import MixError, check_labels
+from flashdraft.mix.domains import Label, MixError, check_labels
 from flashdraft.mix.records import Sample
 
 MAX_TOKENS = 256

@@ -29,8 +29,8 @@ import numpy as np
 
 from flashdraft.io import atomic_write_bytes
 from flashdraft.mix import features as F
-from flashdraft.mix.classify import Label, RuleClassifier, RESPONSE_HEAD
-from flashdraft.mix.domains import DEFAULT_DOMAINS, MixError, check_labels
+from flashdraft.mix.classify import RESPONSE_HEAD, RuleClassifier
+from flashdraft.mix.domains import DEFAULT_DOMAINS, Label, MixError, check_labels
 from flashdraft.mix.records import Sample
 
 DEFAULT_HEAD = Path(__file__).resolve().parent / "data" / "head.npz"

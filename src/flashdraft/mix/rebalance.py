@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from flashdraft.io import atomic_path
 from flashdraft.mix.classify import classify_stream
 from flashdraft.mix.domains import MixError
 from flashdraft.mix.records import iter_rows, iter_samples
@@ -119,13 +118,10 @@ def rebalance(path: str | Path, out: str | Path, classifier, target: dict[str, f
 
 def _write(path, out: Path, copies: np.ndarray, domains: np.ndarray, labels: tuple[str, ...], domain_field: str,
            batch_size: int) -> dict[str, int]:
-    """Second pass: write each row ``copies[i]`` times to a temp file, then os.replace it onto ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
+    """Second pass: write each row ``copies[i]`` times to a temp file that replaces ``out`` when complete."""
     written = dict.fromkeys(labels, 0)
     i = 0
-    try:
+    with atomic_path(out) as tmp:
         if out.name.endswith(".jsonl"):
             with open(tmp, "w", encoding="utf-8") as fh:
                 for rows in iter_rows(path, batch_size):
@@ -137,8 +133,6 @@ def _write(path, out: Path, copies: np.ndarray, domains: np.ndarray, labels: tup
                             fh.write(line * k)
                             written[d] += k
                         i += 1
-                fh.flush()
-                os.fsync(fh.fileno())
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -170,8 +164,4 @@ def _write(path, out: Path, copies: np.ndarray, domains: np.ndarray, labels: tup
         if i != len(copies):
             raise MixError(f"{path} changed between the two passes ({len(copies)} rows, then {i}); rerun on a "
                            "stable copy of the data")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return written

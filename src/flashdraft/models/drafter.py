@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from flashdraft.models.target import Target
 
 
-class DrafterError(ValueError):
+class DrafterError(FlashdraftError, ValueError):
     """A drafter that does not fit its target or cannot be loaded; the message names both sides."""
 
 

@@ -30,11 +30,13 @@ from transformers import DynamicCache
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicLayer, LinearAttentionCacheLayerMixin, LinearAttentionLayer
 
+from flashdraft.errors import FlashdraftError
+
 NON_ATTENTION_LAYER_TYPES = frozenset({"linear_attention", "mamba", "conv", "mlp", "moe"})
 """``layer_types`` entries whose layers take no attention mask (recurrent mixers, plain MLP/MoE blocks)."""
 
 
-class RecurrentError(ValueError):
+class RecurrentError(FlashdraftError, ValueError):
     """A hybrid target used in a way that would not be exact; the message names the fix."""
 
 

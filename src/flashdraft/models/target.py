@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_replace_dir
 
 EMBEDDED_TARGET = "gemma-3-270m"
@@ -28,7 +29,7 @@ EMBEDDED_TARGET = "gemma-3-270m"
 MASK_TOKEN_CANDIDATES = ("<mask>", "<|MASK|>", "<|mask|>", "[MASK]")
 
 
-class TargetError(ValueError):
+class TargetError(FlashdraftError, ValueError):
     """A target that cannot be loaded or used as asked; the message names the fix."""
 
 

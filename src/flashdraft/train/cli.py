@@ -7,25 +7,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-import yaml
 
-from flashdraft.config import ConfigError
+from flashdraft.errors import exit_on_error
 from flashdraft.train.config import TrainConfig
-from flashdraft.train.objective import TrainError
-
-
-def parse_sets(items: list[str] | None) -> dict:
-    """``--set key=value`` pairs (value parsed as YAML) -> overrides for any TrainConfig field."""
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"--set {item!r} must look like key=value (e.g. --set gamma=4)")
-        key = key.strip().replace("-", "_")
-        if key not in TrainConfig.model_fields:
-            raise typer.BadParameter(f"--set {key}: no such train config field; known: {', '.join(TrainConfig.model_fields)}")
-        out[key] = yaml.safe_load(value)
-    return out
 
 
 def train(
@@ -59,8 +43,8 @@ def train(
         max_anchors=max_anchors, loss=loss, bf16=bf16, eval_prompts=eval_prompts, max_minutes=max_minutes,
         resume=resume, features=features,
     )
-    try:
-        cfg = TrainConfig.load(config, **{**parse_sets(set_), **{k: v for k, v in flags.items() if v is not None}})
+    with exit_on_error():
+        cfg = TrainConfig.load(config, sets=set_, **flags)
         joined = init_distributed()  # torchrun: one process per GPU (or gloo processes on CPU)
         try:
             result = Trainer(cfg).run()
@@ -69,9 +53,6 @@ def train(
                 import torch.distributed as dist
 
                 dist.destroy_process_group()
-    except (ConfigError, TrainError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
     summary = {
         "step": result.step, "total_steps": result.total_steps, "stopped": result.stopped,
         "checkpoint": str(result.checkpoint) if result.checkpoint else None,

@@ -1,19 +1,19 @@
 """Training data: records in, tokenised examples with a loss mask, seeded micro-batches with a resumable position.
 
-Accepted records (JSONL, JSON list or Parquet; one schema per file is fine, mixed files too):
+Records are read by :mod:`flashdraft.records` (any file or folder it reads, any layout):
 
-* ``{"token_ids": [...], "loss_mask": [...]}``: already tokenised (what ``flashdraft generate`` writes);
-* ``{"prompt": str, "response": str}``: with a chat template, the prompt is the user turn and the
-  response the assistant turn; without one (base models such as Gemma-3-270M) the ids are
-  tokenize(prompt) + tokenize(response, no special tokens) [+ eos];
-* ``{"messages": [{"role", "content"}, ...]}``: needs a chat template; every assistant turn is supervised.
+* rows with ``token_ids`` (+ ``loss_mask``): already tokenised (what ``flashdraft generate`` writes);
+* prompt/answer layouts (``{prompt, response}``, ``{instruction, input, output}``, ``{question, answer}``):
+  with a chat template the conversation goes through it; without one (base models such as Gemma-3-270M)
+  the ids are tokenize(prompt) + tokenize(answer, no special tokens) [+ eos];
+* chat layouts (``messages``, ShareGPT ``conversations``, Anthropic content blocks): need a chat template;
+  every assistant turn is supervised.
 
 The loss mask covers response tokens only.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from flashdraft.models.draft_vocab import top_token_ids
+from flashdraft import records
 from flashdraft.train.objective import Batch, TrainError, anchor_candidates
 
 
@@ -44,35 +45,10 @@ class DataStats:
     sources: list[str] = field(default_factory=list)
 
 
-def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Records of a .jsonl / .json / .parquet file, or of a `flashdraft generate` output folder, one dict each."""
-    p = Path(path)
-    if p.is_dir():
-        from flashdraft.generate.output import part_files
-
-        parts = part_files(p)
-        if not parts:
-            raise TrainError(f"folder {p} holds no `flashdraft generate` parts (part-*.parquet); pass record files")
-        for part in parts:
-            yield from read_records(part)
-        return
-    if not p.is_file():
-        raise TrainError(f"training data {p} does not exist; pass JSONL or Parquet files of records")
-    if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        yield from pq.read_table(p).to_pylist()
-    elif p.suffix == ".json":
-        data = json.loads(p.read_text())
-        yield from (data if isinstance(data, list) else [data])
-    else:
-        with open(p) as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise TrainError(f"{p}:{n} is not valid JSON ({e}); each line must hold one record") from None
+def read_samples(path: str | Path) -> Iterator[tuple[records.Where, records.Sample]]:
+    """``(where, sample)`` for every record behind ``path`` (a file, a folder of record files or a
+    `flashdraft generate` output folder); an unreadable file or row raises :class:`~flashdraft.records.RecordError`."""
+    return records.read_samples(path)
 
 
 def _template_ids(tokenizer, messages, add_generation_prompt: bool) -> list[int]:
@@ -102,33 +78,40 @@ def _chat_ids(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
 
 
 def tokenize_record(rec: dict[str, Any], tokenizer, eos_id: int | None, append_eos: bool = True) -> tuple[list[int], list[int]]:
-    """One record -> (token ids, loss mask), the mask on response tokens only."""
-    if "token_ids" in rec:
-        ids = [int(t) for t in rec["token_ids"]]
-        mask = [int(bool(m)) for m in rec.get("loss_mask", [1] * len(ids))]
+    """One raw record -> (token ids, loss mask), the mask on response tokens only."""
+    return tokenize_sample(records.parse_row(rec), tokenizer, eos_id, append_eos)
+
+
+def tokenize_sample(s: records.Sample, tokenizer, eos_id: int | None, append_eos: bool = True,
+                    where: records.Where | str = "record") -> tuple[list[int], list[int]]:
+    """One :class:`~flashdraft.records.Sample` -> (token ids, loss mask), the mask on response tokens only."""
+    if "token_ids" in s.meta:
+        ids = [int(t) for t in s.meta["token_ids"]]
+        mask = [int(bool(m)) for m in s.meta.get("loss_mask", [1] * len(ids))]
         if len(mask) != len(ids):
-            raise TrainError(f"record has {len(ids)} token_ids but {len(mask)} loss_mask entries; they must match")
+            raise TrainError(f"{where} has {len(ids)} token_ids but {len(mask)} loss_mask entries; they must match")
         return ids, mask
     if tokenizer is None:
         raise TrainError("text records need the target's tokenizer; this target has none, give token_ids + loss_mask records")
     template = getattr(tokenizer, "chat_template", None)
-    if "messages" in rec:
+    if s.layout in records.CHAT_LAYOUTS:
         if not template:
             raise TrainError(
                 "chat 'messages' records need a chat template and this target's tokenizer has none (a base model); "
-                "give {prompt, response} records instead"
+                f"give {{prompt, response}} records instead ({where})"
             )
-        return _chat_ids(tokenizer, list(rec["messages"]))
-    if "prompt" in rec and "response" in rec:
-        if template:
-            msgs = [{"role": "user", "content": rec["prompt"]}, {"role": "assistant", "content": rec["response"]}]
-            return _chat_ids(tokenizer, msgs)
-        p = list(tokenizer(rec["prompt"], add_special_tokens=True)["input_ids"])
-        r = list(tokenizer(rec["response"], add_special_tokens=False)["input_ids"])
-        if append_eos and eos_id is not None:
-            r.append(eos_id)
-        return p + r, [0] * len(p) + [1] * len(r)
-    raise TrainError(f"record with keys {sorted(rec)} is not understood; use token_ids+loss_mask, prompt+response or messages")
+        return _chat_ids(tokenizer, s.messages)
+    if s.prompt_only:
+        raise TrainError(f"{where} has no answer to learn from (layout {s.layout}); give records with a response, "
+                         "output, answer or assistant turn")
+    if template:
+        return _chat_ids(tokenizer, s.messages)
+    answer = next(m["content"] for m in s.messages if m["role"] == "assistant")
+    p = list(tokenizer(records.prompt_text(s), add_special_tokens=True)["input_ids"])
+    r = list(tokenizer(answer, add_special_tokens=False)["input_ids"])
+    if append_eos and eos_id is not None:
+        r.append(eos_id)
+    return p + r, [0] * len(p) + [1] * len(r)
 
 
 def load_examples(
@@ -142,9 +125,9 @@ def load_examples(
     stats = DataStats(sources=[str(p) for p in paths])
     out: list[Example] = []
     for path in paths:
-        for rec in read_records(path):
+        for where, sample in read_samples(path):
             stats.records += 1
-            ids, mask = tokenize_record(rec, tok, eos, append_eos)
+            ids, mask = tokenize_sample(sample, tok, eos, append_eos, where)
             if ids and not 0 <= min(ids) <= max(ids) < vocab:
                 raise TrainError(f"{path}: record {stats.records} has token ids outside the target vocabulary 0..{vocab - 1}")
             if len(ids) > max_len:

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from flashdraft.io import atomic_write_text
+from flashdraft.io import atomic_path, atomic_write_text
 from flashdraft.models.target import Target
 from flashdraft.train.data import Example, collate
 from flashdraft.models.forward import target_pass
@@ -161,17 +159,8 @@ def _shard_ok(path: Path, key: str, s: int) -> bool:
 
 def _save_shard(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
     """Write through a hidden temp file in the same folder, fsync, rename: never a partial shard-*.safetensors."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata=metadata)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
 
 
 @torch.no_grad()

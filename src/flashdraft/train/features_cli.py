@@ -11,8 +11,7 @@ from typing import Optional
 
 import typer
 
-from flashdraft.config import ConfigError
-from flashdraft.models.target import TargetError
+from flashdraft.errors import exit_on_error
 from flashdraft.train.objective import TrainError
 
 
@@ -29,6 +28,8 @@ def parse_layer_ids(text: str | None) -> list[int] | None:
 def features(
     out: Path = typer.Option(..., "--out", help="cache folder: features.json + shard-*.safetensors"),
     config: Optional[Path] = typer.Option(None, "--config", help="train YAML: target, data, max_len, block_size, layers"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="any train config field: --set key=value "
+                                             "(repeatable; flags override it)"),
     data: Optional[list[str]] = typer.Option(None, "--data", help="JSONL/JSON/Parquet records (repeatable)"),
     target: Optional[str] = typer.Option(None, "--target", help="target model (default: the embedded gemma-3-270m)"),
     layer_ids: Optional[str] = typer.Option(None, "--layer-ids", help="target layers, e.g. 1,4,8 (default: the drafter's rule)"),
@@ -61,8 +62,8 @@ def features(
     flags = dict(data=data or None, target=target, target_layer_ids=ids, num_layers=num_layers, max_len=max_len,
                  block_size=block_size)
     t0 = time.perf_counter()
-    try:
-        cfg = TrainConfig.load(config, **flags)
+    with exit_on_error():
+        cfg = TrainConfig.load(config, sets=set_, **flags)
         if not cfg.data:
             raise TrainError("no data: pass --data FILE (JSONL/Parquet records) or set data: in the --config YAML")
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -76,9 +77,6 @@ def features(
         path = write_features(tgt, examples, ids, out, shard_size=shard_size, dtype=dtype, with_final=final,
                               progress=progress, overwrite=overwrite, source=source, rank=rank, world_size=world_size)
         store = FeatureStore(path)
-    except (ConfigError, TrainError, TargetError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
     from flashdraft.io import atomic_write_text
     from flashdraft.train.diagnostics import feature_stats, format_feature_stats, store_channel_rms
 

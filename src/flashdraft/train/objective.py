@@ -28,13 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from flashdraft.errors import FlashdraftError
 from flashdraft.models.drafter import DrafterError, drafter_class
 from flashdraft.models.forward import lm_logits, target_pass
 from flashdraft.models.target import Target
 from flashdraft.train.objectives import pair, register_objective
 
 
-class TrainError(ValueError):
+class TrainError(FlashdraftError, ValueError):
     """Training input or state that cannot be used; the message names the thing and the fix."""
 
 

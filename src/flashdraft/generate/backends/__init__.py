@@ -11,8 +11,10 @@ import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from flashdraft.errors import FlashdraftError
 
-class BackendError(RuntimeError):
+
+class BackendError(FlashdraftError, RuntimeError):
     """A backend that cannot start (missing package, bad server); the message names the fix."""
 
 
