@@ -25,6 +25,7 @@ from flashdraft.decode.speculative import DDTreeDecoder, DFlashDecoder
 from flashdraft.decode.tree import chain_tree
 from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_write_text
+from flashdraft.records import RecordError, iter_rows
 
 
 class BenchError(FlashdraftError, ValueError):
@@ -75,16 +76,13 @@ def load_prompt_set(spec: str, limit: int | None = None) -> tuple[str, list[str]
         if not path.is_file():
             raise BenchError(f"prompt set {spec!r} is neither 'humaneval' nor an existing JSONL file with a 'prompt' field")
         prompts = []
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise BenchError(f"{path}:{i} is not JSON ({e}); one object per line with a 'prompt' field") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-                raise BenchError(f"{path}:{i} has no string 'prompt' field")
-            prompts.append(rec["prompt"])
+        try:
+            for where, rec in iter_rows(path):  # JSONL / JSON / Parquet / save_to_disk, read as every stage reads them
+                if not isinstance(rec.get("prompt"), str):
+                    raise BenchError(f"{where} has no string 'prompt' field")
+                prompts.append(rec["prompt"])
+        except RecordError as e:
+            raise BenchError(f"{e}; one object per row with a 'prompt' field") from None
         name = path.stem
     prompts = [p for p in prompts if p.strip()][:limit]
     if not prompts:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 import torch
 
+from flashdraft.errors import FlashdraftError
+
 if TYPE_CHECKING:
     from flashdraft.models.target import Target
 

@@ -2,34 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from flashdraft.decode import build_decoder
+from flashdraft.records import read_prompts
 from flashdraft.train.objective import TrainError
 
 
 def load_eval_prompts(path: str | Path, target, n: int) -> list[list[int]]:
-    """First ``n`` prompts of a JSONL file of ``{"prompt": str}`` or ``{"prompt_ids": [...]}`` records."""
-    p = Path(path)
-    if not p.is_file():
-        raise TrainError(f"eval prompts {p} do not exist; pass a JSONL of {{prompt}} or {{prompt_ids}} records")
-    out: list[list[int]] = []
-    for line in p.read_text().splitlines():
-        if len(out) >= n:
-            break
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        if "prompt_ids" in rec:
-            out.append([int(t) for t in rec["prompt_ids"]])
-        elif "prompt" in rec:
-            out.append(target.encode(rec["prompt"]))
-        else:
-            raise TrainError(f"eval record with keys {sorted(rec)} has neither 'prompt' nor 'prompt_ids'")
-    return out
+    """First ``n`` prompts of a prompt file (any layout :func:`flashdraft.records.read_prompts` reads:
+    ``{"prompt": str}``, ``{"prompt_ids": [...]}``, chat records) as token ids."""
+    if not Path(path).exists():
+        raise TrainError(f"eval prompts {path} do not exist; pass a JSONL of {{prompt}} or {{prompt_ids}} records")
+    return [x if isinstance(x, list) else target.encode(x) for _, x in read_prompts(path, n)]
 
 
 @torch.no_grad()

@@ -34,7 +34,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
-from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_replace_dir
 from flashdraft.models.dflash.config import DFlashConfig, DFlashInner
 from flashdraft.models.dflash.layers import DFlashLayer, rope_cos_sin, rope_tables
