@@ -91,6 +91,7 @@ class Variant:
         self.objective = DFlashObjective(
             self.drafter, cfg.max_anchors, cfg.gamma, cfg.loss, cfg.feature_noise, cfg.lm_head_chunk, cfg.checkpoint_layers,
             cfg.checkpoint_lm_head, cfg.loss_vocab, cfg.position_weights, cfg.dpace_alpha, attention,
+            focal=cfg.focal, tree_width=cfg.tree_width,
         )
         params = [p for p in self.drafter.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
