@@ -40,8 +40,14 @@ class TrainConfig(Section):
     max_len: int = Field(1024, ge=2)
     max_anchors: int = Field(64, ge=1)
     gamma: float | None = Field(None, gt=0, description="decay exp(-(k-1)/gamma); default 7 for B=16, 4 for B=8")
-    position_weights: Literal["decay", "dpace"] = "decay"
-    dpace_alpha: float = Field(0.5, ge=0, le=1, description="D-PACE smoothing: q' = (1 - alpha) q + alpha")
+    position_weights: Literal["decay", "dpace", "first_error", "tree"] = Field(
+        "decay", description="slot weights: decay exp(-(k-1)/gamma); dpace (expected accepted length of the chain); "
+        "first_error (focal weight on the slot that ends the accepted prefix); tree (expected accepted length of a "
+        "tree keeping tree_width candidates per depth)",
+    )
+    dpace_alpha: float = Field(0.5, ge=0, le=1, description="smoothing of the drafter's own q for dpace/first_error/tree: q' = (1 - alpha) q + alpha")
+    focal: float = Field(1.0, ge=0, description="first_error: weight (1 - q_k) ** focal on the slot that can break the chain")
+    tree_width: int = Field(4, ge=1, description="tree: candidates per depth the surrogate assumes (about budget / depth)")
     loss: Literal["ce", "kl"] = "ce"
     feature_noise: float = Field(0.0, ge=0, description="uniform +-noise on the fc input only")
     lm_head_chunk: int = Field(128, ge=1, description="rows per checkpointed LM-head + loss chunk")
@@ -142,7 +148,7 @@ class TrainConfig(Section):
 # fields a variant may change; everything else (data, target, batch, schedule length, cadence) is shared
 VARIANT_FIELDS = (
     "objective", "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
-    "init_norm_from_target", "draft_vocab_size", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "loss",
+    "init_norm_from_target", "draft_vocab_size", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "loss",
     "feature_noise", "loss_vocab", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",
 )

@@ -35,6 +35,10 @@ from flashdraft.models.target import Target
 from flashdraft.train.objectives import pair, register_objective
 
 
+# position weights computed from the drafter's own probabilities (normalised by the anchors with a supervised slot 1)
+SELF_WEIGHTS = ("dpace", "first_error", "tree")
+
+
 class TrainError(FlashdraftError, ValueError):
     """Training input or state that cannot be used; the message names the thing and the fix."""
 
@@ -205,6 +209,38 @@ def dpace_weights(q: torch.Tensor, supervised: torch.Tensor, alpha: float) -> to
     return torch.cat([torch.zeros_like(q[..., :1]), suffix], dim=-1).detach()  # [b, A, B]
 
 
+def first_error_weights(q: torch.Tensor, supervised: torch.Tensor, alpha: float, focal: float) -> torch.Tensor:
+    """Focal first-error position weights from the drafter's own (detached) label probabilities.
+
+    q, supervised: [b, A, B]. With q'_i = (1 - alpha) q_i + alpha, slot k gets
+    prod_{i < k} q'_i * (1 - q_k) ** focal: the probability that the drafted chain reaches slot k
+    times how likely slot k is to break it there, so the loss goes to the position that ends the
+    accepted prefix, not to slots behind an early miss or to slots already right. Slot 0 gets 0.
+    """
+    f = torch.where(supervised, (1 - alpha) * q + alpha, torch.zeros_like(q))[..., 1:]  # [b, A, B-1]
+    reach = torch.cumprod(torch.cat([torch.ones_like(f[..., :1]), f[..., :-1]], dim=-1), dim=-1)  # prod_{i<k}
+    w = reach * (1 - q[..., 1:]).clamp(min=0) ** focal * supervised[..., 1:]
+    return torch.cat([torch.zeros_like(q[..., :1]), w], dim=-1).detach()  # [b, A, B]
+
+
+def tree_weights(q: torch.Tensor, supervised: torch.Tensor, alpha: float, width: int) -> torch.Tensor:
+    """Position weights from a surrogate of a draft tree's expected accepted length.
+
+    A tree that keeps ``width`` candidates per depth accepts slot i with probability about
+    p_i = 1 - (1 - q'_i) ** width (q'_i = (1 - alpha) q_i + alpha). Slot k gets the gradient of
+    E[len] = sum_j prod_{i <= j} p_i with respect to log q_k:
+    (sum_{j >= k} prod_{i <= j} p_i) * width (1 - q'_k) ** (width - 1) (1 - alpha) q_k / p_k.
+    width = 1 is a chain (D-PACE up to the smoothing factor). Slot 0 gets 0.
+    """
+    qs = torch.where(supervised, (1 - alpha) * q + alpha, torch.zeros_like(q))[..., 1:]  # [b, A, B-1]
+    p = 1 - (1 - qs).clamp(min=0) ** width
+    prefix = torch.cumprod(p, dim=-1)
+    tail = prefix.flip(-1).cumsum(-1).flip(-1)  # sum_{j >= k} prod_{i <= j} p_i
+    dp = width * (1 - qs).clamp(min=0) ** (width - 1) * (1 - alpha) * q[..., 1:]  # dp_k / dlog q_k
+    w = torch.where(p > 0, tail * dp / p.clamp(min=1e-12), torch.zeros_like(p)) * supervised[..., 1:]
+    return torch.cat([torch.zeros_like(q[..., :1]), w], dim=-1).detach()  # [b, A, B]
+
+
 @dataclass
 class StepOutput:
     loss: torch.Tensor  # scalar: weighted loss sum / normaliser (backward-ready)
@@ -226,7 +262,7 @@ class DFlashObjective:
 
     # the TrainConfig fields this objective reads (its config section)
     CONFIG_FIELDS = ("max_anchors", "gamma", "loss", "feature_noise", "lm_head_chunk", "checkpoint_layers",
-                     "checkpoint_lm_head", "loss_vocab", "position_weights", "dpace_alpha")
+                     "checkpoint_lm_head", "loss_vocab", "position_weights", "dpace_alpha", "focal", "tree_width")
 
     def __init__(
         self,
@@ -243,11 +279,15 @@ class DFlashObjective:
         position_weights: str = "decay",
         dpace_alpha: float = 0.5,
         attention: str = "sdpa",
+        focal: float = 1.0,
+        tree_width: int = 4,
     ):
         if loss not in ("ce", "kl"):
             raise TrainError(f"loss {loss!r} is not supported; use 'ce' (target tokens) or 'kl' (target logits)")
-        if position_weights not in ("decay", "dpace"):
-            raise TrainError(f"position_weights {position_weights!r} is not supported; use 'decay' or 'dpace'")
+        if position_weights not in SELF_WEIGHTS + ("decay",):
+            raise TrainError(
+                f"position_weights {position_weights!r} is not supported; use 'decay', " + ", ".join(map(repr, SELF_WEIGHTS))
+            )
         if loss_vocab is not None and loss != "ce":
             raise TrainError("loss_vocab (sampled softmax) applies to loss 'ce' only; drop it or use --loss ce")
         self.draft_vocab = drafter.cfg.draft_vocab_size is not None
@@ -256,6 +296,7 @@ class DFlashObjective:
         self.drafter, self.max_anchors, self.loss_kind = drafter, max_anchors, loss
         self.gamma = gamma if gamma is not None else default_gamma(drafter.block_size)
         self.position_weights, self.dpace_alpha = position_weights, dpace_alpha
+        self.focal, self.tree_width = focal, tree_width
         self.noise, self.chunk, self.checkpoint_layers = feature_noise, lm_head_chunk, checkpoint_layers
         self.loss_vocab = loss_vocab  # None: full vocabulary; n: labels + n uniform negatives per micro-batch
         self.checkpoint_lm_head = checkpoint_lm_head  # False: keep each chunk's logits for backward (faster, more memory)
@@ -293,7 +334,7 @@ class DFlashObjective:
         bl = block_targets(batch, anchors, valid, self.drafter.block_size, self.gamma)
         if self.draft_vocab:  # a label outside the draft vocabulary can never be drafted: no loss there
             bl.weights = bl.weights * self.drafter.t2d[bl.labels].to(bl.weights.dtype)
-        if self.position_weights == "dpace":
+        if self.position_weights in SELF_WEIGHTS:
             bl.weights = (bl.weights > 0).to(bl.weights.dtype)
             bl.norm = float((bl.weights[..., 1] > 0).sum())
         else:
@@ -367,11 +408,16 @@ class DFlashObjective:
             correct[sel] = torch.cat(hits)
         else:
             per_row_t = h.new_zeros(0, dtype=torch.float32)
-        if self.position_weights == "dpace":
+        if self.position_weights in SELF_WEIGHTS:
             q = torch.zeros_like(blocks.weights)
             if per_row:
                 q[sel] = torch.cat(logq).exp().to(q.dtype)
-            weights = dpace_weights(q, sel, self.dpace_alpha)[sel]  # [m]
+            if self.position_weights == "dpace":
+                weights = dpace_weights(q, sel, self.dpace_alpha)[sel]  # [m]
+            elif self.position_weights == "first_error":
+                weights = first_error_weights(q, sel, self.dpace_alpha, self.focal)[sel]
+            else:
+                weights = tree_weights(q, sel, self.dpace_alpha, self.tree_width)[sel]
         else:
             weights = blocks.weights[sel]
         total = (per_row_t * weights).sum()
