@@ -56,12 +56,12 @@ def test_exit_on_error_turns_flashdraft_errors_into_status_2(exc):
 def test_the_flashdraft_command_exits_2_on_any_stage_error(tmp_path, monkeypatch):
     """The handler in flashdraft.cli covers errors a verb does not catch itself (here: run, which lists its own)."""
     from flashdraft.cli import app
-    from flashdraft.decode import cli as decode_cli
+    from flashdraft.decode.config import DecodeConfig
     from flashdraft.records import RecordError
 
     def failing(*args, **kwargs):
         raise RecordError(f"{tmp_path}/d.jsonl:3 is not valid JSON; the file must hold one JSON object per line")
 
-    monkeypatch.setattr(decode_cli, "load_with_sets", failing)
+    monkeypatch.setattr(DecodeConfig, "load", failing)
     r = CliRunner().invoke(app, ["run", "hello"])
     assert r.exit_code == 2 and "d.jsonl:3 is not valid JSON" in r.output

@@ -1,4 +1,4 @@
-"""``--config FILE`` + ``--set key=value`` + flags over a typed section (:func:`flashdraft.config.load_with_sets`)."""
+"""``--config FILE`` + ``--set key=value`` + flags over a typed section (:meth:`flashdraft.config.Section.load`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from flashdraft.bench.config import BenchDecodeConfig
 from flashdraft.cli import app
-from flashdraft.config import ConfigError, load_with_sets, sets_to_dict
+from flashdraft.config import ConfigError, sets_to_dict
 from flashdraft.decode import DECODERS
 from flashdraft.decode.config import DecodeConfig
 
@@ -22,18 +22,18 @@ def test_sets_to_dict_reads_yaml_values_and_dotted_keys():
 def test_file_then_sets_then_flags(tmp_path):
     f = tmp_path / "d.yaml"
     f.write_text("method: dflash\ntemperature: 0.5\nmax_new_tokens: 10\n")
-    cfg = load_with_sets(DecodeConfig, f, ["temperature=0.7", "seed=3"], seed=4)
+    cfg = DecodeConfig.load(f, sets=["temperature=0.7", "seed=3"], seed=4)
     assert (cfg.method, cfg.temperature, cfg.max_new_tokens, cfg.seed) == ("dflash", 0.7, 10, 4)
     with pytest.raises(ConfigError, match="temprature"):
-        load_with_sets(DecodeConfig, None, ["temprature=1"])
-    b = load_with_sets(BenchDecodeConfig, None, ["budgets=[4, 8]", "ngram=false"])
+        DecodeConfig.load(None, sets=["temprature=1"])
+    b = BenchDecodeConfig.load(None, sets=["budgets=[4, 8]", "ngram=false"])
     assert b.budgets == [4, 8] and b.ngram is False
 
 
 def test_decode_method_comes_from_the_registry():
     assert set(DECODERS) >= {"ar", "dflash", "ddtree", "ngram"}
     with pytest.raises(ConfigError, match="unknown decoding method 'beam'.*ddtree"):
-        load_with_sets(DecodeConfig, None, ["method=beam"])
+        DecodeConfig.load(None, sets=["method=beam"])
 
 
 def test_decode_verb_and_run_alias_refuse_the_same_bad_set():

@@ -89,23 +89,6 @@ def sets_to_dict(sets: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def load_with_sets(cls: type[S], path: str | Path | None, sets: list[str] | None, **overrides: Any) -> S:
-    """``cls`` from the YAML ``path``, then ``--set key=value`` items, then ``overrides`` (flags; None = unset)."""
-    data = _merge(read_yaml(path), sets_to_dict(sets))
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return cls(**data)
-    except ValidationError as e:
-        raise ConfigError(f"invalid {cls.__name__} config:\n{e}") from None
-
-
 def parse_sets(items: list[str] | None, schema: type[Section]) -> dict[str, Any]:
     """``--set key=value`` pairs -> field overrides of ``schema`` (values parsed as YAML: ``4``, ``[1, 3]``,
     ``null``); a key that is not a field is a :class:`ConfigError` listing the fields."""

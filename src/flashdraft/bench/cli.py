@@ -30,10 +30,10 @@ SET_HELP = "key=value over the config (repeatable), e.g. --set limit=8"
 
 
 def _config(cls, config: Optional[Path], sets: Optional[List[str]], **flags):
-    from flashdraft.config import ConfigError, load_with_sets
+    from flashdraft.config import ConfigError
 
     try:
-        return load_with_sets(cls, config, sets, **{k: v for k, v in flags.items() if v not in (None, [], ())})
+        return cls.load(config, sets=sets, **{k: v for k, v in flags.items() if v not in (None, [], ())})
     except ConfigError as e:
         _fail(e)
 

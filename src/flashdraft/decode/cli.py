@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from flashdraft.config import ConfigError, load_with_sets
+from flashdraft.config import ConfigError
 from flashdraft.decode import DECODERS, DecodeError
 from flashdraft.decode.config import DecodeConfig
 from flashdraft.models.drafter import DrafterError, drafter_families
@@ -39,8 +39,8 @@ def decode(
     from flashdraft.models.target import load_target
 
     try:
-        cfg = load_with_sets(
-            DecodeConfig, config, sets, target=target, drafter=str(drafter) if drafter else None, method=method, budget=budget,
+        cfg = DecodeConfig.load(
+            config, sets=sets, target=target, drafter=str(drafter) if drafter else None, method=method, budget=budget,
             temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype,
         )
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
