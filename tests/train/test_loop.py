@@ -113,3 +113,17 @@ def test_export_loads_and_decodes_and_eval_reports_tau(tmp_path, data):
     for method in ("dflash", "ddtree"):
         g = build_decoder(method, target, d, budget=6 if method == "ddtree" else None).generate(prompts[0], 12)
         assert g.tokens == hf_greedy(target, prompts[0], 12)  # lossless with the trained drafter
+
+
+def test_bf16_autocast_only_where_the_hardware_has_bf16(tmp_path, data, monkeypatch, capsys):
+    """bf16 is emulated (several times slower than fp32) on a CPU without AVX512-BF16/AMX: fp32 there, said once."""
+    from flashdraft.train import loop
+
+    monkeypatch.setattr(loop, "bf16_is_fast", lambda device: False)
+    slow = Trainer(make_cfg(tmp_path / "slow", data, bf16=True, progress=True), target=tiny_target("qwen3"))
+    assert slow.bf16 is False
+    assert "no bf16 matmul hardware" in capsys.readouterr().err
+    monkeypatch.setattr(loop, "bf16_is_fast", lambda device: True)
+    fast = Trainer(make_cfg(tmp_path / "fast", data, bf16=True), target=tiny_target("qwen3"))
+    assert fast.bf16 is True
+    assert Trainer(make_cfg(tmp_path / "off", data, bf16=False), target=tiny_target("qwen3")).bf16 is False

@@ -62,3 +62,15 @@ def init_distributed() -> bool:
     else:
         dist.init_process_group("gloo")
     return True
+
+
+def bf16_is_fast(device: torch.device) -> bool:
+    """Whether bf16 matmuls run in hardware here: any CUDA device, or a CPU with AVX512-BF16 or AMX.
+
+    On an AVX2-only CPU bf16 is emulated: a [4096, 640] x [640, 8192] matmul took 5.8 s in bf16 against
+    0.99 s in fp32 on one core of this project's CI machine (AMD EPYC), and a Gemma-3-270M recipe step
+    125 s against 6.3 s.
+    """
+    if device.type != "cpu":
+        return True
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())

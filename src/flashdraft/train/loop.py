@@ -39,7 +39,7 @@ from flashdraft.train.diagnostics import (
     NgramBaseline, feature_scale, feature_stats, format_feature_stats, format_report, heldout_report,
 )
 from flashdraft.train.disaggregated import FeatureChannel, role, share_plan
-from flashdraft.train.dist import agree, dist_world, resolve_device, stop_signals
+from flashdraft.train.dist import agree, bf16_is_fast, dist_world, resolve_device, stop_signals
 from flashdraft.train.optim import EMA, make_scheduler
 from flashdraft.train.evaluate import evaluate_tau, load_eval_prompts
 from flashdraft.train.objective import TrainError
@@ -126,6 +126,7 @@ class Trainer:
 
             target = load_target(cfg.target, dtype=cfg.target_dtype, device=resolve_device(cfg.device))
         self.target = target
+        self.bf16 = cfg.bf16 and bf16_is_fast(target.device)
         self.out = Path(cfg.out_dir)
         named = cfg.variant_configs()
         min_block = min(v.block_size for _, v in named)  # the data filter is shared by all variants
@@ -200,6 +201,9 @@ class Trainer:
             self.eval_prompts = load_eval_prompts(cfg.eval_prompts, target, cfg.eval_n)
         self.metrics_path = self.out / "metrics.jsonl"
         self._tb: dict[str, object] = {}
+        if cfg.bf16 and not self.bf16:
+            self._say("bf16: this CPU has no bf16 matmul hardware (AVX512-BF16 or AMX), where bf16 autocast runs "
+                      "~6-20x slower than fp32; training in fp32 (set bf16: false to silence this)")
 
     @torch.no_grad()
     def _channel_rms(self, layer_ids: list[int], n: int) -> torch.Tensor:
@@ -389,7 +393,7 @@ class Trainer:
         blocks = {v.label: [v.objective.blocks(b) for b in micro] for v in self.variants}
         norms = {k: sum(bl.norm for bl in bls) for k, bls in blocks.items()}  # all micro-batches of all ranks
         dev_type = "cpu" if self.target.device.type == "cpu" else "cuda"
-        autocast = torch.autocast(dev_type, dtype=torch.bfloat16) if cfg.bf16 else nullcontext()
+        autocast = torch.autocast(dev_type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         sums: dict[str, dict[str, torch.Tensor]] = {v.label: {} for v in self.variants}  # named sum/total pairs
         for i in range(rank, len(micro), world):
             batch = micro[i]
