@@ -78,3 +78,32 @@ def test_eagle3_and_dflash_variants_train_from_one_target_pass(tmp_path, data):
     res = Trainer(cfg, target=tiny_target("qwen3")).run()
     assert set(res.variants) == {"dflash", "eagle"}
     assert type(load_drafter(res.variants["eagle"]["final_drafter"])) is Eagle3Drafter
+
+
+def _ddp_rank(rank: int, world: int, port: int, tmp: str, data: str) -> None:
+    import os
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        res = Trainer(make_cfg(Path(tmp), data, **EAGLE, grad_accum=1, max_steps=3), target=tiny_target("qwen3")).run()
+        Path(tmp, f"losses{rank}.json").write_text(json.dumps(res.losses))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_match_one_process_with_accumulation(tmp_path, data):
+    import os
+
+    import torch.multiprocessing as mp
+
+    single = Trainer(make_cfg(tmp_path / "one", data, **EAGLE, grad_accum=2, max_steps=3), target=tiny_target("qwen3")).run()
+    mp.spawn(_ddp_rank, args=(2, 29500 + (os.getpid() + 11) % 1000, str(tmp_path / "two"), str(data)), nprocs=2, join=True)
+    l0 = {int(k): v for k, v in json.loads((tmp_path / "two" / "losses0.json").read_text()).items()}
+    assert list(l0) == list(single.losses)
+    for k in l0:
+        assert l0[k] == pytest.approx(single.losses[k], rel=1e-5)
