@@ -71,7 +71,8 @@ class Eagle3TreeDecoder(StepwiseDecoder):
         return self.depth + 1
 
     def draft(self, tokens: torch.Tensor, feats: torch.Tensor | None) -> DraftTree:
-        return self.drafter.propose_tree(tokens, feats, self.top_k, self.depth, self.budget)
+        t = self.drafter.propose_tree(tokens, feats, self.top_k, self.depth, self.budget)
+        return DraftTree(tokens=list(t.tokens), parents=list(t.parents), depths=list(t.depths), scores=list(t.scores))
 
     def draft_tree(self, root, tree: DraftTree) -> DraftTree:
         return tree

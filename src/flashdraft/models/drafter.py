@@ -66,7 +66,8 @@ class StepwiseDrafter(Drafter, Protocol):
 
     def propose_tree(self, tokens: torch.Tensor, new_features: torch.Tensor | None, top_k: int, depth: int,
                      total_tokens: int):
-        """Ingest as :meth:`propose`, then grow a dynamic tree -> ``flashdraft.decode.tree.DraftTree`` (root = the bonus)."""
+        """Ingest as :meth:`propose`, then grow a dynamic tree -> an object with ``tokens``, ``parents``, ``depths``,
+        ``scores`` lists over its nodes (node 0 = the bonus; parents first; siblings best first)."""
         ...
 
 

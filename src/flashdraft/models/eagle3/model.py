@@ -324,8 +324,8 @@ class Eagle3Drafter(FeatureScaled, nn.Module):
     @torch.no_grad()
     def propose_tree(self, tokens: torch.Tensor, new_features: torch.Tensor | None, top_k: int = 10, depth: int = 7,
                      total_tokens: int = 60):
-        """EAGLE's dynamic tree after ``tokens`` -> :class:`~flashdraft.decode.tree.DraftTree` (root = the bonus);
-        see :func:`flashdraft.models.eagle3.tree.dynamic_tree`."""
+        """EAGLE's dynamic tree after ``tokens`` -> :class:`~flashdraft.models.eagle3.tree.DynamicTree` (root = the
+        bonus; the fields of ``flashdraft.decode.tree.DraftTree``); see :func:`flashdraft.models.eagle3.tree.dynamic_tree`."""
         from flashdraft.models.eagle3.tree import dynamic_tree
 
         return dynamic_tree(self, tokens, new_features, top_k, depth, total_tokens)

@@ -16,14 +16,25 @@ from __future__ import annotations
 
 import torch
 
-from flashdraft.decode.tree import DraftTree
+from typing import NamedTuple
+
 from flashdraft.models.drafter import DrafterError
 
 
+class DynamicTree(NamedTuple):
+    """A drafted tree as lists over nodes (node 0 = the root, parents before children, siblings by score):
+    the fields of ``flashdraft.decode.tree.DraftTree``."""
+
+    tokens: list[int]  # target ids
+    parents: list[int]  # -1 for the root
+    depths: list[int]
+    scores: list[float]  # cumulative draft log-prob (root 0)
+
+
 def dynamic_tree(drafter, tokens: torch.Tensor, new_features: torch.Tensor | None, top_k: int, depth: int,
-                 total_tokens: int) -> DraftTree:
+                 total_tokens: int) -> DynamicTree:
     """tokens [start + 1] committed ids (the bonus last), new_features [n_new, K * Ht] -> the tree
-    (node 0 = the bonus; ``total_tokens`` drafted nodes at most)."""
+    (node 0 = the bonus; ``total_tokens`` drafted nodes at most; children listed best first)."""
     if top_k < 1 or depth < 0 or total_tokens < 1:
         raise DrafterError(f"dynamic tree needs top_k >= 1, depth >= 0, total_tokens >= 1; got {top_k}, {depth}, {total_tokens}")
     start = tokens.shape[0] - 1
@@ -65,24 +76,21 @@ def dynamic_tree(drafter, tokens: torch.Tensor, new_features: torch.Tensor | Non
     return _select(drafter, int(tokens[-1]), c_tok, c_par, c_score, c_depth, total_tokens)
 
 
-def _select(drafter, root: int, c_tok, c_par, c_score, c_depth, total_tokens: int) -> DraftTree:
-    """The top ``total_tokens`` candidates as a DraftTree, nodes ordered by (score desc, depth)."""
+def _select(drafter, root: int, c_tok, c_par, c_score, c_depth, total_tokens: int) -> DynamicTree:
+    """The top ``total_tokens`` candidates as a tree, nodes ordered by (score desc, depth)."""
     toks = drafter.vocab.to_target_ids(torch.cat(c_tok)).tolist()
     parents = torch.cat(c_par).tolist()
     scores = torch.cat(c_score).float().tolist()
     depths = [d for d, t in zip(c_depth, c_tok) for _ in range(t.numel())]
     order = sorted(range(len(toks)), key=lambda i: (-scores[i], depths[i], i))[:total_tokens]
     node_of = {-1: 0}
-    tree = DraftTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0], children=[{}])
+    tree = DynamicTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0])
     for i in order:
         if parents[i] not in node_of:
             raise DrafterError("dynamic tree selection is not prefix-closed (a candidate outranks its parent)")
-        node, parent = len(tree.tokens), node_of[parents[i]]
-        node_of[i] = node
+        node_of[i] = len(tree.tokens)
         tree.tokens.append(toks[i])
-        tree.parents.append(parent)
+        tree.parents.append(node_of[parents[i]])
         tree.depths.append(depths[i])
         tree.scores.append(scores[i])
-        tree.children.append({})
-        tree.children[parent].setdefault(toks[i], node)
     return tree
