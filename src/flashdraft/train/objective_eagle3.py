@@ -28,7 +28,9 @@ from torch.utils.checkpoint import checkpoint
 from flashdraft.models.drafter import DrafterError, drafter_class
 from flashdraft.models.forward import target_pass
 from flashdraft.models.target import Target
-from flashdraft.train.objective import Batch, BlockMetrics, Blocks, LMHead, StepOutput, TrainError, block_targets
+from flashdraft.train.objective import (
+    Batch, BlockMetrics, Blocks, LMHead, StepOutput, TrainError, block_targets, init_norm_from_target,
+)
 from flashdraft.train.objectives import register_objective
 
 DEFAULT_DRAFT_VOCAB = 32_000  # EAGLE-3's draft vocabulary (capped at the target's vocabulary)
@@ -81,23 +83,27 @@ class Eagle3Objective(BlockMetrics):
     @classmethod
     def new_drafter(cls, target: Target, cfg, examples):
         """A fresh EAGLE-3 drafter: draft vocabulary from the data's token frequencies (``draft_vocab_size``,
-        default min(32000, V)), embedding = the target's (frozen, borrowed), max_depth = ttt_steps."""
+        default min(32000, V)), ``lm_head`` from the target's rows of those ids, embedding = the target's
+        (frozen, borrowed), max_depth = ttt_steps; final norm from the target's (``init_norm_from_target``)."""
         from flashdraft.train.data import draft_vocab_from_frequencies
 
         size = min(cfg.draft_vocab_size or DEFAULT_DRAFT_VOCAB, target.vocab_size)
         vocab = draft_vocab_from_frequencies(examples, target.vocab_size, size)
-        return drafter_class("LlamaForCausalLMEagle3").for_target(
+        drafter = drafter_class("LlamaForCausalLMEagle3").for_target(
             target, target_layer_ids=cls.feature_layer_ids(target, cfg), draft_vocab=vocab, max_depth=cfg.ttt_steps,
             intermediate_size=cfg.intermediate_size, seed=cfg.seed,
         )
+        if cfg.init_norm_from_target:  # lm_head starts from the target's rows: give its input the target's profile
+            init_norm_from_target(drafter, target)
+        return drafter
 
     def blocks(self, batch: Batch) -> Blocks:
         """Every position t >= 1 whose predecessor is in its document anchors a block of ttt_steps slots."""
         b, T = batch.input_ids.shape
         dev = batch.input_ids.device
         anchors = torch.arange(1, max(T, 2), device=dev).clamp_max(T - 1).expand(b, -1).contiguous()  # [b, T - 1]
-        valid = (batch.doc_ids.gather(1, anchors - 1) == batch.doc_ids.gather(1, anchors)) & (batch.doc_ids.gather(1, anchors) >= 0)
-        valid &= anchors >= 1
+        doc = batch.doc_ids.gather(1, anchors)  # [b, A]
+        valid = (batch.doc_ids.gather(1, (anchors - 1).clamp(min=0)) == doc) & (doc >= 0) & (anchors >= 1)
         gamma = math.inf if self.decay == 1 else -1.0 / math.log(self.decay)  # exp(-(k-1)/gamma) == decay ** (k-1)
         bl = block_targets(batch, anchors, valid, self.block_size, gamma)
         bl.weights = bl.weights * self.drafter.t2d[bl.labels].to(bl.weights.dtype)  # undraftable data tokens
@@ -127,7 +133,8 @@ class Eagle3Objective(BlockMetrics):
         b, T = batch.input_ids.shape
         A = blocks.anchors.shape[1]
         # slot k of anchor t = step k - 1 at row t - 1: [b, A, S, d], slot 0 (the anchor itself) zeros
-        steps = out.permute(1, 2, 0, 3).gather(1, (blocks.anchors - 1)[..., None, None].expand(-1, -1, self.steps, out.shape[-1]))
+        rows_of = (blocks.anchors - 1).clamp(min=0)[..., None, None].expand(-1, -1, self.steps, out.shape[-1])
+        steps = out.permute(1, 2, 0, 3).gather(1, rows_of)
         h = torch.cat([steps.new_zeros(b, A, 1, steps.shape[-1]), steps], dim=2)  # [b, A, B, d]
         sel = blocks.weights > 0  # [b, A, B]
         rows = h[sel]  # [m, d]
