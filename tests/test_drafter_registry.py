@@ -111,8 +111,18 @@ class ToyOutput:
 class ToyLinearObjective:
     """CE of the draft rows read from position t against the tokens t + 1 .. t + depth."""
 
+    eval_method = "dflash"  # its rows are a block of marginals: the chain decoder takes their argmax
+
     def __init__(self, drafter: ToyLinearDrafter):
         self.drafter = drafter
+
+    @classmethod
+    def wants_final(cls, cfg: TrainConfig) -> bool:
+        return False  # CE on the data tokens: no teacher
+
+    @classmethod
+    def feature_layer_ids(cls, target, cfg: TrainConfig) -> list[int]:
+        return list(cfg.target_layer_ids)
 
     @classmethod
     def new_drafter(cls, target, cfg: TrainConfig, examples):

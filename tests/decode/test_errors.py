@@ -20,7 +20,7 @@ def drafter(target):
 
 
 def test_unknown_method(target):
-    with pytest.raises(DecodeError, match="unknown decoding method 'medusa'; choose one of: ar, ddtree, ddtree_ngram, dflash, ngram, ngram_tree"):
+    with pytest.raises(DecodeError, match="unknown decoding method 'medusa'; choose one of: ar, ddtree, ddtree_ngram, dflash, eagle3, eagle3_tree, ngram, ngram_tree"):
         build_decoder("medusa", target)
 
 

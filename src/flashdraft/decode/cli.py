@@ -24,7 +24,7 @@ def decode(
     drafter: Optional[Path] = typer.Option(
         None, help=f"Drafter folder (config.json architectures: {', '.join(drafter_families())}); needed by drafter methods."),
     method: Optional[str] = typer.Option(None, help=METHODS_HELP),
-    budget: Optional[int] = typer.Option(None, help="Drafted nodes per round: ddtree / ngram_tree (default 32), ngram chain length (default 7)."),
+    budget: Optional[int] = typer.Option(None, help="Drafted nodes per round: ddtree / ngram_tree (default 32), eagle3_tree (default 60), ngram / eagle3 chain length (default 7)."),
     temperature: Optional[float] = typer.Option(None, help="0 = greedy; > 0 = lossless sampling."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),
     seed: Optional[int] = typer.Option(None),

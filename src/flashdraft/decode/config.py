@@ -14,7 +14,7 @@ class DecodeConfig(Section):
     target: str = EMBEDDED_TARGET
     drafter: str | None = None
     method: str = Field("ar", description="a registered decoding method (flashdraft.decode.DECODERS)")
-    budget: int | None = Field(None, ge=1, description="drafted nodes per round: DDTree/ngram_tree (default 32), ngram chain (default 7)")
+    budget: int | None = Field(None, ge=1, description="drafted nodes per round: DDTree/ngram_tree (default 32), eagle3_tree (default 60), ngram/eagle3 chain (default 7)")
     temperature: float = Field(0.0, ge=0.0)
     max_new_tokens: int = Field(64, ge=1)
     seed: int = 0

@@ -40,11 +40,12 @@ from flashdraft.models.dflash.layers import DFlashLayer, rope_cos_sin, rope_tabl
 from flashdraft.models.dflash.masks import flex_training_mask, training_mask
 from flashdraft.models.draft_vocab import DraftVocab
 from flashdraft.models.drafter import DrafterError, register_drafter
+from flashdraft.models.feature_scale import FeatureScaled
 from flashdraft.models.target import Target, TargetError, check_target_layer_ids
 
 
 @register_drafter("DFlashDraftModel")
-class DFlashDrafter(nn.Module):
+class DFlashDrafter(FeatureScaled, nn.Module):
     """DFlash drafter (a :class:`~flashdraft.models.drafter.Drafter`): :meth:`propose` is the inference
     step of the chain and tree decoders, :meth:`train_hidden` the training forward over many blocks."""
 
@@ -56,9 +57,7 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashLayer(cfg, lt) for lt in cfg.layer_types)
         self.norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
-        # [K * target_hidden] per-channel input scale of fc; ones when loaded (folded into fc.weight on save)
-        self.register_buffer("feature_scale", torch.ones(self.fc.in_features), persistent=False)
-        self._has_scale = False  # whether feature_scale differs from ones (set_feature_scale)
+        self.init_feature_scale()  # buffer feature_scale [K * target_hidden], folded into fc.weight on save
         self.vocab: DraftVocab | None = None  # reduced draft vocabulary: buffers d2t [Vd], t2d [vocab]
         if cfg.draft_vocab_size is not None:
             self.lm_head = nn.Linear(d, cfg.draft_vocab_size, bias=False)
@@ -89,46 +88,7 @@ class DFlashDrafter(nn.Module):
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Context vectors of target features [..., K * H] -> [..., d]: hidden_norm(fc(features * feature_scale))."""
-        x = features.to(self.fc.weight.dtype)
-        if self._has_scale:
-            x = x * self.feature_scale.to(x.dtype)
-        return self.hidden_norm(self.fc(x))
-
-    @torch.no_grad()
-    def set_feature_scale(self, scale: torch.Tensor, keep_function: bool = True) -> None:
-        """Feed fc the features times ``scale`` [K * H] from now on.
-
-        keep_function: rescale fc.weight so the drafter computes the same function (for a trained or
-        loaded drafter); False for a fresh one (its random fc then starts on the scaled features).
-        """
-        scale = torch.as_tensor(scale, dtype=torch.float32, device=self.fc.weight.device).flatten()
-        if scale.numel() != self.fc.in_features or not bool(torch.isfinite(scale).all()) or bool((scale <= 0).any()):
-            raise DrafterError(f"feature scale must hold {self.fc.in_features} finite positive values, got {scale.numel()}")
-        if keep_function:
-            self.fc.weight.mul_((self.feature_scale / scale).to(self.fc.weight.dtype)[None, :])
-        self.feature_scale.copy_(scale)
-        self._has_scale = not bool((scale == 1).all())
-
-    @torch.no_grad()
-    def reset_feature_scale_after_load(self) -> None:
-        """Weights were just loaded from a (folded) file: the buffer goes back to ones (same function)."""
-        self.feature_scale.fill_(1.0)
-        self._has_scale = False
-
-    def feature_scale_state(self) -> dict[str, torch.Tensor]:
-        """What a training checkpoint keeps to resume the scaled form exactly (the saved fc.weight is folded)."""
-        return {"fc_weight": self.fc.weight.detach().clone(), "feature_scale": self.feature_scale.clone()}
-
-    @torch.no_grad()
-    def restore_feature_scale(self, state: dict, scale: torch.Tensor) -> None:
-        """Just loaded folded weights: back to the training form in ``state`` (:meth:`feature_scale_state`),
-        or, when the checkpoint has none, to ``scale`` keeping the function."""
-        self.reset_feature_scale_after_load()
-        if "fc_weight" in state and "feature_scale" in state:
-            self.fc.weight.copy_(state["fc_weight"])
-            self.set_feature_scale(state["feature_scale"], keep_function=False)
-        else:
-            self.set_feature_scale(scale, keep_function=True)
+        return self.hidden_norm(self.fc(self.scale_features(features)))
 
     @property
     def target_layer_ids(self) -> list[int]:
@@ -255,9 +215,7 @@ class DFlashDrafter(nn.Module):
         cfg["torch_dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        if self._has_scale:  # fold the feature scale: fc(x * s) == (W * s) x
-            state["fc.weight"] = (self.fc.weight.detach().float() * self.feature_scale[None, :]).to(
-                self.fc.weight.dtype).contiguous().cpu()
+        state["fc.weight"] = self.folded_fc_weight()  # fc(x * s) == (W * s) x
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         atomic_replace_dir(tmp, path)
         return path
