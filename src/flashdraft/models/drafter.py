@@ -71,7 +71,7 @@ def register_drafter(architecture: str) -> Callable[[type], type]:
 
 
 def _builtin_families() -> None:
-    from flashdraft.models import dflash  # noqa: F401  (registers DFlashDraftModel)
+    from flashdraft.models import dflash, eagle3  # noqa: F401  (register DFlashDraftModel, LlamaForCausalLMEagle3)
 
 
 def drafter_architecture(path: str | Path) -> str:
