@@ -1,10 +1,11 @@
-"""Tiny randomly initialised targets (Qwen3, Gemma3, Llama; hybrids Qwen3.5 and Nemotron-H) and an oracle drafter for tests."""
+"""Tiny randomly initialised targets (Qwen3, Gemma3, Llama; hybrids Qwen3.5 and Nemotron-H) and oracle drafters for tests."""
 
 from __future__ import annotations
 
 import torch
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, NemotronHConfig, Qwen3_5TextConfig, Qwen3Config
 
+from flashdraft.models.eagle3 import Eagle3Drafter
 from flashdraft.models.target import Target, wrap_model
 
 VOCAB = 96
@@ -161,3 +162,37 @@ class ScriptedDrafter:
             else:
                 logits[k, true] = 20.0
         return logits
+
+
+class Eagle3Oracle(Eagle3Drafter):
+    """An EAGLE-3 drafter whose draft distribution is the target's own (draft vocabulary = the whole
+    vocabulary). Its "hidden state" [.., d] carries the drafted path (token ids, -1 padded), so the
+    chain and the dynamic tree run their real bookkeeping (frontiers, parents, hidden hand-over) and
+    greedy drafts are always the target's choices. Make it with ``Eagle3Oracle.for_target(target)``."""
+
+    @classmethod
+    def for_target(cls, target: Target, max_depth: int = 7, **kw) -> "Eagle3Oracle":
+        return super().for_target(target, draft_vocab=torch.arange(target.vocab_size), max_depth=max_depth, **kw)
+
+    def ingest(self, tokens: torch.Tensor, new_features) -> torch.Tensor:
+        self._committed = tokens
+        return torch.full((1, 1, self.cfg.hidden_size), -1.0)  # the empty path
+
+    def step(self, ids, hidden, position, draft_kv, visible):
+        out = hidden.clone()  # [1, m, d]
+        depth = int((hidden[0, 0] >= 0).sum())  # every node of one step has the same depth
+        out[0, :, depth] = ids.float()
+        return out, None
+
+    @torch.no_grad()
+    def draft_logits(self, out: torch.Tensor) -> torch.Tensor:
+        rows = out.reshape(-1, out.shape[-1])  # [m, d]
+        depth = int((rows[0] >= 0).sum())
+        seqs = torch.cat([self._committed[None].expand(rows.shape[0], -1), rows[:, :depth].long()], dim=1)
+        keys = [tuple(r) for r in seqs.tolist()]
+        memo = self.__dict__.setdefault("_memo", {})  # sequence -> target logits (sampling tests repeat prefixes)
+        todo = sorted({k for k in keys if k not in memo})
+        if todo:
+            for k, row in zip(todo, self.target.model(torch.tensor(todo)).logits[:, -1].float()):
+                memo[k] = row
+        return torch.stack([memo[k] for k in keys]).reshape(*out.shape[:-1], -1)  # [.., V]

@@ -68,6 +68,11 @@ class SpeculativeDecoder(Decoder):
     def max_depth(self) -> int:
         return 0 if self.drafter is None else self.drafter.max_depth
 
+    def draft(self, tokens: torch.Tensor, feats: torch.Tensor | None):
+        """The drafter's proposal for the round after ``tokens`` (committed ids, the bonus last), given the
+        features of the newly committed positions; :meth:`draft_tree` turns it into the verified tree."""
+        return self.drafter.propose(tokens, feats) if self.drafter is not None else None
+
     def draft_tree(self, root: int, draft_logits: torch.Tensor | None) -> DraftTree:
         raise NotImplementedError
 
@@ -133,7 +138,7 @@ class SpeculativeDecoder(Decoder):
         timer.lap("prefill")
 
         while len(out) < max_new_tokens and out[-1] not in stop:
-            draft_logits = self.drafter.propose(tokens, feats) if self.drafter is not None else None
+            draft_logits = self.draft(tokens, feats)
             timer.lap("draft")
             tree = self.draft_tree(bonus, draft_logits)
             visible = tree.visibility(dev)

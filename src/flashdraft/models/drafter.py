@@ -53,6 +53,28 @@ class Drafter(Protocol):
         ...
 
 
+@runtime_checkable
+class StepwiseDrafter(Drafter, Protocol):
+    """A drafter that drafts one token per forward (EAGLE-3): any chain depth, and a dynamic tree.
+    Decoders that need it check :func:`is_stepwise`, never a family name."""
+
+    stepwise: bool  # True
+
+    def propose(self, tokens: torch.Tensor, new_features: torch.Tensor | None, depth: int | None = None) -> torch.Tensor:
+        """As :meth:`Drafter.propose`, with ``depth`` chain steps (default max_depth) -> fp32 logits [depth, vocab]."""
+        ...
+
+    def propose_tree(self, tokens: torch.Tensor, new_features: torch.Tensor | None, top_k: int, depth: int,
+                     total_tokens: int):
+        """Ingest as :meth:`propose`, then grow a dynamic tree -> ``flashdraft.decode.tree.DraftTree`` (root = the bonus)."""
+        ...
+
+
+def is_stepwise(drafter) -> bool:
+    """Whether ``drafter`` drafts token by token (:class:`StepwiseDrafter`)."""
+    return bool(getattr(drafter, "stepwise", False)) and callable(getattr(drafter, "propose_tree", None))
+
+
 # architectures name (config.json) -> family class with from_pretrained(path, target)
 DRAFTERS: dict[str, type] = {}
 
