@@ -13,6 +13,7 @@ from flashdraft.export.conventions import hf_hidden_state_index
 from flashdraft.export.formats import MANIFEST, ExportError, export_drafter, formats_for
 from flashdraft.export.serve import serve_commands
 from flashdraft.models.eagle3 import Eagle3Drafter
+from flashdraft.models.drafter import load_drafter
 from flashdraft.models.forward import capture_layer_outputs
 from tests.tiny import VOCAB, random_prompts, tiny_target
 
@@ -81,20 +82,30 @@ def test_aux_ids_name_the_features_the_drafter_trains_on(qwen, tmp_path):
         assert torch.equal(hs[hf_hidden_state_index("vllm", fid)], feats[k])
 
 
-def test_full_vocabulary_ships_no_maps_and_reloads_to_the_same_drafts(qwen, tmp_path):
-    src, d = make(tmp_path, qwen, torch.arange(VOCAB))
+def _same_drafts(target, a, b):
+    prompt = torch.tensor(random_prompts(1, 8, seed=2)[0])
+    with capture_layer_outputs(target, IDS) as feats:
+        target.model(prompt[None])
+    f = torch.cat(feats, dim=-1)[0, :-1]  # [7, 3d] features of the positions before the bonus
+    a.reset()
+    b.reset()
+    return torch.equal(a.propose(prompt, f), b.propose(prompt, f))
+
+
+def test_the_export_loads_back_as_the_same_drafter(gemma, tmp_path):
+    src, d = make(tmp_path, gemma, torch.arange(0, VOCAB, 2))
+    out = export_drafter(src, "vllm", tmp_path / "out", gemma).out
+    back = load_drafter(out, gemma)  # the shipped embedding table is dropped: the target's module is borrowed
+    assert type(back) is Eagle3Drafter and back.target_layer_ids == IDS
+    assert _same_drafts(gemma, d, back)
+
+
+def test_full_vocabulary_ships_no_maps(qwen, tmp_path):
+    src, _ = make(tmp_path, qwen, torch.arange(VOCAB))
     out = export_drafter(src, "vllm", tmp_path / "out", qwen).out
     _, w, _ = read(out)
     assert "d2t" not in w and "t2d" not in w and tuple(w["lm_head.weight"].shape) == (VOCAB, qwen.hidden_size)
-    back = Eagle3Drafter.from_pretrained(src, qwen)
-    assert torch.equal(w["lm_head.weight"], back.lm_head.weight.detach())
-    prompt = torch.tensor(random_prompts(1, 8, seed=2)[0])
-    with capture_layer_outputs(qwen, IDS) as feats:
-        qwen.model(prompt[None])
-    f = torch.cat(feats, dim=-1)[0, :-1]  # [7, 3d] features of the positions before the bonus
-    d.reset()
-    back.reset()
-    assert torch.equal(d.propose(prompt, f), back.propose(prompt, f))
+    assert torch.equal(w["lm_head.weight"], Eagle3Drafter.from_pretrained(src, qwen).lm_head.weight.detach())
 
 
 def test_a_format_the_family_lacks_is_refused_with_the_formats_that_exist(qwen, tmp_path):
