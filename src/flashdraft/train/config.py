@@ -59,6 +59,8 @@ class TrainConfig(Section):
         None, ge=1, description="CE over the batch's labels + this many uniform negatives (sampled softmax); None = full"
     )
     checkpoint_lm_head: bool = Field(True, description="recompute LM-head chunks in backward (bounded memory)")
+    ttt_steps: int = Field(7, ge=1, description="eagle3: training-time-test steps unrolled (= the drafter's max_depth)")
+    ttt_decay: float = Field(0.8, gt=0, le=1, description="eagle3: weight ttt_decay ** k of unrolled step k")
     append_eos: bool = True
 
     # optimisation
@@ -149,6 +151,6 @@ class TrainConfig(Section):
 VARIANT_FIELDS = (
     "objective", "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
     "init_norm_from_target", "draft_vocab_size", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "loss",
-    "feature_noise", "loss_vocab", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
+    "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",
 )

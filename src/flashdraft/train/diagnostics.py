@@ -176,12 +176,12 @@ def heldout_report(objective, examples: list[Example], features_of, ngram: Ngram
     """
     if not examples:
         return {}
-    B = objective.drafter.max_depth + 1  # block slots: the anchor, then max_depth drafts
     batches = []
     for s in range(0, len(examples), batch_size):
         rows = [[e] for e in examples[s : s + batch_size]]
         batch = collate(rows, [seed * 1_000_003 + e.index for e in examples[s : s + batch_size]])
         batches.append((batch, rows, objective.blocks(batch)))
+    B = batches[0][2].labels.shape[-1]  # block slots: the anchor, then the drafts
     feats = [features_of(batch, rows) for batch, rows, _ in batches]
     hits: dict[str, list[torch.Tensor]] = defaultdict(list)
     weights: list[torch.Tensor] = []

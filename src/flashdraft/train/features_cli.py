@@ -57,6 +57,7 @@ def features(
     from flashdraft.train.config import TrainConfig
     from flashdraft.train.data import load_examples
     from flashdraft.train.features import FeatureStore, write_features
+    from flashdraft.train.objectives import objective_class
 
     ids = parse_layer_ids(layer_ids)
     flags = dict(data=data or None, target=target, target_layer_ids=ids, num_layers=num_layers, max_len=max_len,
@@ -68,12 +69,13 @@ def features(
             raise TrainError("no data: pass --data FILE (JSONL/Parquet records) or set data: in the --config YAML")
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         tgt = load_target(cfg.target, dtype=target_dtype, device=dev)
-        ids = cfg.target_layer_ids if cfg.target_layer_ids is not None else tgt.default_layer_ids(cfg.num_layers)
+        objective = objective_class(cfg.objective)
+        ids = objective.feature_layer_ids(tgt, cfg)
         check_target_layer_ids(ids, tgt.num_layers, tgt.name)
         examples, stats = load_examples(cfg.data, tgt, cfg.max_len, cfg.block_size, cfg.append_eos)
         source = {"data": list(cfg.data), "max_len": cfg.max_len, "block_size": cfg.block_size,
                   "append_eos": cfg.append_eos, "records": stats.records}
-        final = with_final if with_final is not None else cfg.loss == "kl"
+        final = with_final if with_final is not None else objective.wants_final(cfg)
         path = write_features(tgt, examples, ids, out, shard_size=shard_size, dtype=dtype, with_final=final,
                               progress=progress, overwrite=overwrite, source=source, rank=rank, world_size=world_size)
         store = FeatureStore(path)

@@ -152,9 +152,9 @@ class Trainer:
             from flashdraft.train.features import FeatureStore
 
             self.store = FeatureStore(cfg.features)
-        self.stats_layers = sorted({i for _, c in named for i in (c.target_layer_ids or target.default_layer_ids(c.num_layers))})
+        self.stats_layers = sorted({i for _, c in named for i in objective_class(c.objective).feature_layer_ids(target, c)})
         if self.store is not None:  # refuse a cache made for other data/layers before reading it
-            self.store.check(target, self.stats_layers, self.all_examples, need_final=any(c.loss == "kl" for _, c in named))
+            self.store.check(target, self.stats_layers, self.all_examples, need_final=any(objective_class(c.objective).wants_final(c) for _, c in named))
         self.feature_rms = self._channel_rms(self.stats_layers, cfg.stats_sequences)  # [K * H]
         if self.role.is_producer:  # no drafters, optimizers or eval: the first trainer says what to compute
             plan = share_plan(self.role, None)
@@ -175,7 +175,7 @@ class Trainer:
             v.columns = None if ids == self.layer_ids else torch.cat(
                 [torch.arange(self.layer_ids.index(i) * H, (self.layer_ids.index(i) + 1) * H) for i in ids]
             ).to(target.device)
-        self.want_final = any(v.cfg.loss == "kl" for v in self.variants)
+        self.want_final = any(v.objective.wants_final(v.cfg) for v in self.variants)
         if self.store is not None:
             self.store.check(target, self.layer_ids, self.all_examples, need_final=self.want_final)
         self.step = 0
@@ -309,14 +309,15 @@ class Trainer:
         return paths[0]
 
     def evaluate(self) -> dict[str, dict] | None:
-        """Real greedy DFlash tau of every variant (EMA weights if on) on the held-out prompts."""
+        """Real greedy tau (the objective's eval method) of every variant (EMA weights if on) on the held-out prompts."""
         if not self.eval_prompts or not self.is_main:
             return None
         out = {}
         for v in self.variants:
             t0 = time.perf_counter()
             with v.eval_weights():
-                res = evaluate_tau(self.target, v.drafter, self.eval_prompts, self.cfg.eval_max_new_tokens, "dflash")
+                res = evaluate_tau(self.target, v.drafter, self.eval_prompts, self.cfg.eval_max_new_tokens,
+                                   v.objective.eval_method)
             self._log({"step": self.step, "kind": "eval", "eval_tau": res["tau"],
                        "eval_per_position_acceptance": res["per_position_acceptance"], "eval_rounds": res["rounds"],
                        "eval_seconds": time.perf_counter() - t0}, v)
@@ -335,7 +336,7 @@ class Trainer:
             ids = v.drafter.target_layer_ids
             with v.eval_weights():
                 rep = heldout_report(v.objective, self.heldout,
-                                     lambda b, rows: self._features_of(b, rows, ids, v.cfg.loss == "kl"),
+                                     lambda b, rows: self._features_of(b, rows, ids, v.objective.wants_final(v.cfg)),
                                      self._ngram, batch_size=self.cfg.batch_size, seed=self.cfg.seed)
             rec = {"step": self.step, "kind": "heldout", "heldout_seconds": time.perf_counter() - t0,
                    "n_anchors": rep["n_anchors"], "ablation_ratio": rep["ablation_ratio"],

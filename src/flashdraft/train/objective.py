@@ -250,8 +250,52 @@ class StepOutput:
     blocks: Blocks
 
 
+class BlockMetrics:
+    """Metrics of objectives whose step output is laid out as blocks (``correct`` and ``weights``
+    [b, A, B], slot 0 unweighted): loss, tokens, acc, tau proxy and per-slot accuracy."""
+
+    eval_method = "dflash"  # the decoder the loop's real-decoding eval runs with this objective's drafters
+
+    @classmethod
+    def wants_final(cls, cfg) -> bool:
+        """Whether a step needs the target's final hidden states (online pass or feature cache)."""
+        return cfg.loss == "kl"
+
+    @classmethod
+    def feature_layer_ids(cls, target: Target, cfg) -> list[int]:
+        """The target layers a fresh drafter of this objective reads (what a feature cache must hold)."""
+        return list(cfg.target_layer_ids) if cfg.target_layer_ids is not None else target.default_layer_ids(cfg.num_layers)
+
+    def metrics(self, out: "StepOutput", batch: Batch, blocks: Blocks) -> dict[str, torch.Tensor]:
+        """Named sum/total pairs of one micro-batch (see :mod:`flashdraft.train.objectives`)."""
+        a = acceptance_metrics(out.correct, blocks.weights)
+        n = a["n_anchors"]
+        sup = (blocks.weights > 0)[..., 1:]  # [b, A, B-1]
+        slot_hits = (out.correct[..., 1:] & sup).flatten(0, -2).sum(0).tolist()
+        slot_n = sup.flatten(0, -2).sum(0).tolist()
+        return {
+            "loss": pair(out.weighted_loss_sum, blocks.norm),
+            "tokens": pair(batch.num_tokens, 1),
+            "acc": pair(a["acc"] * n if n else 0.0, n),
+            "tau_proxy": pair(a["tau_proxy"] * n if n else 0.0, n),
+            "acc_per_slot": torch.tensor([slot_hits, slot_n], dtype=torch.float64),  # [2, B-1]
+        }
+
+    def summary(self, sums: dict[str, torch.Tensor], normaliser: float) -> dict:
+        """The logged step metrics from the summed pairs (``normaliser``: the step's, all ranks)."""
+        loss_sum, tokens = float(sums["loss"][0]), float(sums["tokens"][0])
+        acc_n, n = sums["acc"].tolist()
+        tau_n = float(sums["tau_proxy"][0])
+        hits, sup = sums["acc_per_slot"]
+        return {
+            "acc_per_slot": [float(h / c) if c else math.nan for h, c in zip(hits.tolist(), sup.tolist())],
+            "loss": loss_sum / max(normaliser, 1e-12),
+            "acc": acc_n / max(n, 1), "tau_proxy": tau_n / max(n, 1), "tokens": int(tokens), "anchors": int(n),
+        }
+
+
 @register_objective("dflash")
-class DFlashObjective:
+class DFlashObjective(BlockMetrics):
     """Loss of a DFlash drafter on a batch, from the frozen target's features (computed here, or given).
 
     Position weights: ``decay`` (exp(-(k-1)/gamma), normalised by the step's summed weights) or
@@ -428,34 +472,6 @@ class DFlashObjective:
             )
         ws = float(weights.sum())
         return StepOutput(total / max(normaliser, 1e-12), float(total.detach()), ws, correct, blocks)
-
-
-    def metrics(self, out: StepOutput, batch: Batch, blocks: Blocks) -> dict[str, torch.Tensor]:
-        """Named sum/total pairs of one micro-batch (see :mod:`flashdraft.train.objectives`)."""
-        a = acceptance_metrics(out.correct, blocks.weights)
-        n = a["n_anchors"]
-        sup = (blocks.weights > 0)[..., 1:]  # [b, A, B-1]
-        slot_hits = (out.correct[..., 1:] & sup).flatten(0, -2).sum(0).tolist()
-        slot_n = sup.flatten(0, -2).sum(0).tolist()
-        return {
-            "loss": pair(out.weighted_loss_sum, blocks.norm),
-            "tokens": pair(batch.num_tokens, 1),
-            "acc": pair(a["acc"] * n if n else 0.0, n),
-            "tau_proxy": pair(a["tau_proxy"] * n if n else 0.0, n),
-            "acc_per_slot": torch.tensor([slot_hits, slot_n], dtype=torch.float64),  # [2, B-1]
-        }
-
-    def summary(self, sums: dict[str, torch.Tensor], normaliser: float) -> dict:
-        """The logged step metrics from the summed pairs (``normaliser``: the step's, all ranks)."""
-        loss_sum, tokens = float(sums["loss"][0]), float(sums["tokens"][0])
-        acc_n, n = sums["acc"].tolist()
-        tau_n = float(sums["tau_proxy"][0])
-        hits, sup = sums["acc_per_slot"]
-        return {
-            "acc_per_slot": [float(h / c) if c else math.nan for h, c in zip(hits.tolist(), sup.tolist())],
-            "loss": loss_sum / max(normaliser, 1e-12),
-            "acc": acc_n / max(n, 1), "tau_proxy": tau_n / max(n, 1), "tokens": int(tokens), "anchors": int(n),
-        }
 
 
 def acceptance_metrics(correct: torch.Tensor, weights: torch.Tensor) -> dict[str, float | list[float]]:

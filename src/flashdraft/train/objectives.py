@@ -1,4 +1,4 @@
-"""The objective registry: training objectives by name (``dflash`` now; ``eagle3`` is the next slot).
+"""The objective registry: training objectives by name (``dflash``, ``eagle3``).
 
 An objective owns everything family-specific about a training step, so the loop
 (:mod:`flashdraft.train.loop`) never names a family:
@@ -6,6 +6,9 @@ An objective owns everything family-specific about a training step, so the loop
 * ``new_drafter(target, cfg, examples)``: a fresh drafter for this objective, shaped by the
   :class:`~flashdraft.train.config.TrainConfig` fields it reads;
 * ``from_config(drafter, cfg, attention)``: the objective over ``drafter``, built from its config section;
+* ``wants_final(cfg)``: whether a step needs the target's final hidden states (online or cached);
+  ``feature_layer_ids(target, cfg)``: the target layers a fresh drafter reads; ``eval_method``: the
+  decoding method the loop's real-decoding eval runs;
 * ``blocks(batch)``: the micro-batch's random draws and static weights, with ``.norm`` (its share of
   the step's loss normaliser, known before any forward);
 * ``__call__(batch, blocks, normaliser, features, final_h, seed)``: a step output with a backward-ready ``loss``;
@@ -29,8 +32,16 @@ class Objective(Protocol):
     @classmethod
     def new_drafter(cls, target, cfg, examples) -> Any: ...
 
+    eval_method: str
+
     @classmethod
     def from_config(cls, drafter, cfg, attention: str) -> "Objective": ...
+
+    @classmethod
+    def wants_final(cls, cfg) -> bool: ...
+
+    @classmethod
+    def feature_layer_ids(cls, target, cfg) -> list[int]: ...
 
     def blocks(self, batch) -> Any: ...
 
@@ -56,7 +67,7 @@ def register_objective(name: str) -> Callable[[type], type]:
 
 
 def objective_names() -> list[str]:
-    from flashdraft.train import objective  # noqa: F401  (registers dflash)
+    from flashdraft.train import objective, objective_eagle3  # noqa: F401  (register dflash, eagle3)
 
     return sorted(OBJECTIVES)
 
