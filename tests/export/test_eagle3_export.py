@@ -110,11 +110,25 @@ def test_full_vocabulary_ships_no_maps(qwen, tmp_path):
 
 def test_a_format_the_family_lacks_is_refused_with_the_formats_that_exist(qwen, tmp_path):
     src, _ = make(tmp_path, qwen)
-    assert formats_for("eagle3") == ["vllm"]
+    assert formats_for("eagle3") == ["speculators", "vllm"]
     for fmt in ("zlab", "sglang", "nope"):
-        with pytest.raises(ExportError, match=r"eagle3 drafter to format .*\['vllm'\]"):
+        with pytest.raises(ExportError, match=r"eagle3 drafter to format .*\['speculators', 'vllm'\]"):
             export_drafter(src, fmt, tmp_path / fmt, qwen)
     assert not (tmp_path / "zlab").exists()
+
+
+def test_speculators_layout(gemma, tmp_path):
+    src, _ = make(tmp_path, gemma, torch.arange(0, VOCAB, 3))
+    flat, wv, _ = read(export_drafter(src, "vllm", tmp_path / "v", gemma).out)
+    cfg, w, manifest = read(export_drafter(src, "speculators", tmp_path / "s", gemma, "org/target").out)
+    assert cfg["speculators_model_type"] == "eagle3" and cfg["norm_before_residual"] is False
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [i + 1 for i in IDS]
+    assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == DEPTH
+    assert cfg["speculators_config"]["verifier"]["name_or_path"] == "org/target"
+    layer = cfg["transformer_layer_config"]
+    assert layer["model_type"] == "llama" and layer["head_dim"] == flat["head_dim"] and "architectures" not in layer
+    assert set(w) == set(wv) and all(torch.equal(w[k], wv[k]) for k in w)  # same tensors as the vllm layout
+    assert manifest["speculative_config"]["method"] == "eagle3"
 
 
 def test_a_drafter_for_another_target_is_refused(qwen, gemma, tmp_path):

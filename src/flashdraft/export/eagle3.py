@@ -1,4 +1,6 @@
-"""Exporter of the EAGLE-3 family (``LlamaForCausalLMEagle3``) to vLLM's ``eagle3`` method.
+"""Exporters of the EAGLE-3 family (``LlamaForCausalLMEagle3``) to vLLM's ``eagle3`` method: ``vllm``
+(the flat Llama config) and ``speculators`` (the same tensors, the config nested as vllm-project/
+speculators writes it; vLLM 0.32 served both with identical drafts).
 
 The flashdraft folder already carries vLLM's tensor names (``fc``, ``midlayer.*``, ``norm``,
 ``lm_head``, ``d2t``, ``t2d``) and Llama config fields; the export makes explicit what vLLM 0.32's
@@ -92,3 +94,35 @@ class VLLMEagle3Exporter(Eagle3Exporter):
         tensors.update(table)
         return Exported(cfg, tensors, notes,
                         speculative_config={"method": "eagle3", "num_speculative_tokens": c.max_depth})
+
+
+# Top-level fields of the vllm export that the speculators layout keeps outside transformer_layer_config.
+SPECULATORS_TOP = ("architectures", "draft_vocab_size", "target_hidden_size", "norm_before_residual",
+                   "eagle_aux_hidden_state_layer_ids", "torch_dtype")
+
+
+@register_exporter
+class SpeculatorsEagle3Exporter(Eagle3Exporter):
+    format = "speculators"
+    description = ("vllm-project/speculators eagle3 (speculators_config, transformer_layer_config, aux ids = "
+                   "flashdraft ids + 1); vLLM serves the folder alone, the verifier named inside")
+
+    def build(self, src, quirks, target, target_ref):
+        files = VLLMEagle3Exporter().build(src, quirks, target, target_ref)
+        flat, c = files.config, src.config
+        tc = target.config
+        cfg = {k: flat[k] for k in SPECULATORS_TOP}
+        cfg.update(
+            architectures=["Eagle3Speculator"], speculators_model_type="eagle3", speculators_version="0.3.0",
+            transformer_layer_config={k: v for k, v in flat.items() if k not in SPECULATORS_TOP},
+            speculators_config={
+                "algorithm": "eagle3",
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": c.max_depth}],
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": target_ref,
+                             "architectures": list(getattr(tc, "architectures", None) or [])},
+            })
+        files.config = cfg
+        files.notes.append(f"speculators layout: norm_before_residual false written (the speculators reader defaults "
+                           f"to true); speculative_tokens {c.max_depth} (the drafter's chain depth)")
+        return files

@@ -3,7 +3,7 @@
 An exporter validates first (a format that cannot express the drafter raises :class:`ExportError`
 naming the field and the fix, before any file is written), then returns the files; the folder is
 written atomically. Registered for ``dflash``: ``zlab``, ``vllm``, ``speculators``, ``sglang``; for
-``eagle3`` (:mod:`flashdraft.export.eagle3`): ``vllm``. A family plugs in by naming its ``config.json``
+``eagle3`` (:mod:`flashdraft.export.eagle3`): ``vllm``, ``speculators``. A family plugs in by naming its ``config.json``
 architecture in :data:`ARCHITECTURES` and registering ``(family, format)`` exporters with
 :func:`register_exporter`; :func:`export_drafter` picks the exporter through both, never by family name.
 """
