@@ -1,12 +1,16 @@
-"""Runs vLLM (CPU build) on token prompts: plain greedy, then with an exported DFlash drafter.
+"""Runs vLLM (CPU build) on token prompts: plain greedy, then with an exported drafter.
 
 vLLM spawns workers, so this is a real file with a ``__main__`` guard, run as a subprocess by
-``test_vllm_serve.py`` and ``experiments/export_vllm_check.py``. The engine core runs in this process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so a small hook on vLLM's DFlash model records, every
-round, the query block it is given (ids, positions), the embeddings it computes for them and the
-drafts it proposes. Writes one JSON file.
+``test_vllm_serve.py``, ``test_vllm_eagle3_serve.py`` and ``experiments/export_vllm_check.py``. The
+engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so a small hook on vLLM's
+drafter model records every drafter pass: the query it is given (ids, positions), the embeddings it
+computes for them, the target features it receives, and its drafts. Writes one JSON file (and the
+recorded tensors next to it, ``OUT_JSON.embeds.pt`` and ``OUT_JSON.tensors.pt``).
 
-usage: vllm_driver.py TARGET_DIR DRAFTER_DIR PROMPTS_JSON MAX_TOKENS OUT_JSON [MODEL_IMPL]
+usage: vllm_driver.py TARGET_DIR DRAFTER_DIR PROMPTS_JSON MAX_TOKENS OUT_JSON [MODEL_IMPL [METHOD [K]]]
+
+METHOD is vLLM's speculative method (``dflash``, the default, or ``eagle3``); K is
+num_speculative_tokens (default: block_size - 1 from the drafter's config.json).
 """
 
 from __future__ import annotations
@@ -19,21 +23,19 @@ import sys
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
-RECORD: dict = {"on": False, "rounds": [], "embeds": []}
+RECORD: dict = {"on": False, "rounds": [], "embeds": [], "features": []}
 
 
-def install_hooks() -> None:
-    import torch
-    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+def _record_passes(cls) -> None:
+    """Wrap ``cls.forward`` / ``compute_logits``: one round per forward call, with its drafts."""
+    fwd, logits = cls.forward, cls.compute_logits
 
-    fwd, logits = DFlashQwen3ForCausalLM.forward, DFlashQwen3ForCausalLM.compute_logits
-
-    def forward(self, input_ids, positions, inputs_embeds=None):
+    def forward(self, input_ids, positions, *args, **kwargs):
         if RECORD["on"]:
             emb = self.model.embed_input_ids(input_ids)  # [q, d] what the drafter's layers receive
             RECORD["rounds"].append({"ids": input_ids.tolist(), "pos": positions.tolist(), "drafts": None})
             RECORD["embeds"].append(emb.float().cpu())
-        return fwd(self, input_ids, positions, inputs_embeds)
+        return fwd(self, input_ids, positions, *args, **kwargs)
 
     def compute_logits(self, hidden_states):
         out = logits(self, hidden_states)
@@ -41,8 +43,35 @@ def install_hooks() -> None:
             RECORD["rounds"][-1]["drafts"] = out.argmax(-1).tolist()
         return out
 
-    DFlashQwen3ForCausalLM.forward, DFlashQwen3ForCausalLM.compute_logits = forward, compute_logits
-    _ = torch
+    cls.forward, cls.compute_logits = forward, compute_logits
+
+
+def _record_features(cls) -> None:
+    """Wrap ``cls.combine_hidden_states``: the concatenated target features [n, n_aux * d] it fuses."""
+    combine = cls.combine_hidden_states
+
+    def combine_hidden_states(self, hidden_states):
+        if RECORD["on"]:
+            RECORD["features"].append(hidden_states.float().cpu())
+        return combine(self, hidden_states)
+
+    cls.combine_hidden_states = combine_hidden_states
+
+
+def _dflash_hooks() -> None:
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+
+    _record_passes(DFlashQwen3ForCausalLM)
+
+
+def _eagle3_hooks() -> None:
+    from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
+
+    _record_passes(Eagle3LlamaForCausalLM)
+    _record_features(Eagle3LlamaForCausalLM)
+
+
+HOOKS = {"dflash": _dflash_hooks, "eagle3": _eagle3_hooks}
 
 
 def spec_metrics(llm) -> dict:
@@ -54,15 +83,16 @@ def spec_metrics(llm) -> dict:
     return out
 
 
-def run(target: str, drafter: str | None, prompts: list[list[int]], max_tokens: int, block: int, impl: str) -> dict:
+def run(target: str, drafter: str | None, prompts: list[list[int]], max_tokens: int, method: str, k: int,
+        impl: str) -> dict:
     from vllm import LLM, SamplingParams
 
     kw = dict(model=target, dtype="bfloat16", enforce_eager=True, max_model_len=512, max_num_seqs=1, seed=0,
               model_impl=impl, disable_log_stats=False)
     if drafter:
-        kw["speculative_config"] = {"method": "dflash", "model": drafter, "num_speculative_tokens": block - 1}
+        kw["speculative_config"] = {"method": method, "model": drafter, "num_speculative_tokens": k}
     llm = LLM(**kw)
-    RECORD.update(on=True, rounds=[], embeds=[])
+    RECORD.update(on=True, rounds=[], embeds=[], features=[])
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
     RECORD["on"] = False
@@ -75,16 +105,22 @@ def run(target: str, drafter: str | None, prompts: list[list[int]], max_tokens: 
 def main() -> None:
     target, drafter, prompts_json, max_tokens, out_json = sys.argv[1:6]
     impl = sys.argv[6] if len(sys.argv) > 6 else "transformers"
+    method = sys.argv[7] if len(sys.argv) > 7 else "dflash"
+    if len(sys.argv) > 8:
+        k = int(sys.argv[8])
+    else:
+        k = json.loads(open(os.path.join(drafter, "config.json")).read()).get("block_size", 16) - 1
     prompts = json.loads(open(prompts_json).read())
-    block = json.loads(open(os.path.join(drafter, "config.json")).read()).get("block_size", 16)
-    install_hooks()
-    plain = run(target, None, prompts, int(max_tokens), block, impl)
-    spec = run(target, drafter, prompts, int(max_tokens), block, impl)
+    HOOKS[method]()
+    plain = run(target, None, prompts, int(max_tokens), method, k, impl)
+    spec = run(target, drafter, prompts, int(max_tokens), method, k, impl)
     import torch
 
     torch.save(RECORD["embeds"], out_json + ".embeds.pt")
+    torch.save({"embeds": RECORD["embeds"], "features": RECORD["features"]}, out_json + ".tensors.pt")
     with open(out_json, "w") as f:
-        json.dump({"plain": plain, "spec": spec, "rounds": RECORD["rounds"], "model_impl": impl}, f)
+        json.dump({"plain": plain, "spec": spec, "rounds": RECORD["rounds"], "model_impl": impl, "method": method,
+                   "num_speculative_tokens": k}, f)
 
 
 if __name__ == "__main__":

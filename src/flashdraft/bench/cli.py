@@ -59,7 +59,7 @@ def decode(
     import torch
 
     from flashdraft.bench.config import BenchDecodeConfig
-    from flashdraft.bench.decode_bench import BenchError, load_prompt_set, markdown_table, run_decode_bench
+    from flashdraft.bench.decode_bench import BenchError, drafter_names, load_prompt_set, markdown_table, run_decode_bench
     from flashdraft.bench.plots import decode_plots
     from flashdraft.decode.base import DecodeError
     from flashdraft.io import atomic_write_text
@@ -76,7 +76,7 @@ def decode(
     try:
         sets_ = dict(load_prompt_set(p, cfg.limit) for p in cfg.prompts)
         tgt = load_target(cfg.target, dtype=cfg.dtype)
-        drafters = {Path(d).name: load_drafter(d, tgt) for d in cfg.drafter}
+        drafters = {n: load_drafter(d, tgt) for n, d in zip(drafter_names(cfg.drafter), cfg.drafter)}
         console.print("prompting: plain continuation of the raw prompt (no chat template, no thinking)")
         res = run_decode_bench(tgt, drafters, sets_, cfg.budgets, cfg.temperatures, cfg.max_new_tokens, cfg.repeats, out,
                                log=lambda m: console.print(m, markup=False, highlight=False), ngram=cfg.ngram)

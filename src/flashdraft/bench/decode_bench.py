@@ -1,7 +1,10 @@
-"""``bench decode``: AR vs DFlash vs DDTree (budget sweep) vs same-budget chain vs prompt lookup, in one run.
+"""``bench decode``: AR vs each drafter's chain and tree decoders (budget sweep) vs prompt lookup, in one run.
 
-Variants per drafter: ``ar``, ``dflash`` (chain of B-1 drafts), ``ddtree@b`` for each budget b and
-``chain@b``, the same-budget chain control. A chain of b drafted nodes is impossible beyond B-1 with a
+The rows a drafter gets come from its family: ``decode_methods = (chain, tree)`` names two decoders
+of the registry (:data:`DEFAULT_DECODE_METHODS` for a drafter that names none): ``<name>/<chain>``
+and ``<name>/<tree>@b`` for each budget b (the tokens one round verifies). An EAGLE-3 drafter gets
+``eagle3`` and ``eagle3_tree@b``. A tree method may bring controls of its own (:data:`TREE_ROWS`).
+For DFlash: ``dflash`` (chain of B-1 drafts), ``ddtree@b`` and ``chain@b``, the same-budget chain control. A chain of b drafted nodes is impossible beyond B-1 with a
 B-block drafter, so the control is DFlash restricted to min(b, B-1) drafts (the argmax chain truncated):
 the same number of verified tokens as the tree up to B-1, the longest possible chain beyond.
 Prompt lookup needs no drafter: ``ngram`` (a chain of B-1 drafts, 7 without a drafter) and
@@ -90,9 +93,61 @@ def load_prompt_set(spec: str, limit: int | None = None) -> tuple[str, list[str]
     return name, prompts
 
 
+def drafter_names(paths: list[str]) -> list[str]:
+    """A row-name prefix per drafter folder: its folder name, or as many trailing path parts as make it
+    distinct, joined by "-" (``runs/a/final``, ``runs/b/final`` -> ``a-final``, ``b-final``); a folder given
+    twice is an error."""
+    resolved = [Path(p).resolve() for p in paths]
+    dup = {str(p) for p in resolved if resolved.count(p) > 1}
+    if dup:
+        raise BenchError(f"--drafter {sorted(dup)[0]} is given twice; give each drafter folder once")
+
+    def suffix(p: Path, depth: int) -> str:
+        return "-".join(p.parts[-depth:])
+
+    names = []
+    for p in resolved:  # the fewest trailing parts no other folder shares
+        depth = next(d for d in range(1, len(p.parts) + 1)
+                     if all(suffix(p, d) != suffix(q, d) for q in resolved if q != p))
+        names.append(suffix(p, depth))
+    if len(set(names)) < len(names):  # a short name equal to another's longer one
+        names = [suffix(p, len(p.parts)) for p in resolved]
+    return names
+
+
+# The Drafter contract DFlash defines (one pass of per-position marginals): its argmax chain, DDTree.
+DEFAULT_DECODE_METHODS = ("dflash", "ddtree")
+
+
+def decode_methods(drafter) -> tuple[str, str]:
+    """(chain method, tree method) the drafter's family is benchmarked with."""
+    chain, tree = getattr(drafter, "decode_methods", DEFAULT_DECODE_METHODS)
+    return str(chain), str(tree)
+
+
+def _ddtree_rows(target, drafter, b: int, ngram: bool) -> dict:
+    """DDTree at budget b, the same-budget chain control and (with prompt lookup) the hybrid tree."""
+    rows = {f"ddtree@{b}": SpineRecordingDDTree(target, drafter, b), f"chain@{b}": ChainControl(target, drafter, b)}
+    if ngram:  # the hybrid: DDTree + the lookup chain in the same budget
+        rows[f"ddtree_ngram@{b}"] = build_decoder("ddtree_ngram", target, drafter, budget=b)
+    return rows
+
+
+# tree method -> the rows it contributes at budget b (the tree itself and its controls); others: the tree alone
+TREE_ROWS = {"ddtree": _ddtree_rows}
+
+
+def _tree_rows(tree: str, target, drafter, b: int, ngram: bool) -> dict:
+    make = TREE_ROWS.get(tree)
+    if make is not None:
+        return make(target, drafter, b, ngram)
+    return {f"{tree}@{b}": build_decoder(tree, target, drafter, budget=b)}
+
+
 def variants(target, drafters: dict, budgets: list[int], ngram: bool = True) -> dict:
-    """Variant name -> decoder. Names: ar, <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b,
-    ngram, ngram_tree@b (prompt lookup; its chain as long as the first drafter's), <drafter>/ddtree_ngram@b."""
+    """Variant name -> decoder. Names: ar, ngram, ngram_tree@b (prompt lookup; its chain as long as the first
+    drafter's), and per drafter its family's rows: <drafter>/<chain>, <drafter>/<tree>@b (DFlash:
+    <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b, <drafter>/ddtree_ngram@b)."""
     out = {"ar": build_decoder("ar", target)}
     if ngram:
         k = next(iter(drafters.values())).max_depth if drafters else None
@@ -102,12 +157,10 @@ def variants(target, drafters: dict, budgets: list[int], ngram: bool = True) -> 
     if not drafters and not ngram:
         raise BenchError("nothing to compare with AR: give --drafter PATH and/or keep --ngram")
     for dname, d in drafters.items():
-        out[f"{dname}/dflash"] = build_decoder("dflash", target, d)
+        chain, tree = decode_methods(d)
+        out[f"{dname}/{chain}"] = build_decoder(chain, target, d)
         for b in budgets:
-            out[f"{dname}/ddtree@{b}"] = SpineRecordingDDTree(target, d, b)
-            out[f"{dname}/chain@{b}"] = ChainControl(target, d, b)
-            if ngram:  # the hybrid: DDTree + the lookup chain in the same budget
-                out[f"{dname}/ddtree_ngram@{b}"] = build_decoder("ddtree_ngram", target, d, budget=b)
+            out.update({f"{dname}/{v}": dec for v, dec in _tree_rows(tree, target, d, b, ngram).items()})
     return out
 
 
@@ -143,7 +196,8 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     decs = variants(target, drafters, budgets, ngram=ngram)
-    results = dict(target=target.name, drafters={k: {"block_size": d.max_depth + 1} for k, d in drafters.items()},
+    results = dict(target=target.name, drafters={k: dict(zip(("chain", "tree"), decode_methods(d)),
+                                                         block_size=d.max_depth + 1) for k, d in drafters.items()},
                    budgets=budgets, temperatures=temperatures, max_new_tokens=max_new_tokens, repeats=repeats,
                    prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
                    chain_control="DFlash restricted to min(budget, B-1) drafts (same verified tokens up to B-1)",

@@ -25,14 +25,16 @@ def _budget_rows(rows: dict, drafter: str, kind: str) -> list[tuple[int, dict]]:
 
 
 def decode_plots(results: dict, out_dir: Path) -> list[Path]:
-    """Per set: tau histogram (dflash and each ddtree budget), speedup and tau vs budget."""
+    """Per set and drafter: tau histogram (its chain and each tree budget), speedup and tau vs budget.
+    The chain and tree rows are the ones the drafter's family names (DFlash: dflash, ddtree@b)."""
     paths = []
     for key, rows in results["sets"].items():
         safe = key.replace("/", "_").replace("=", "")
-        for drafter in results["drafters"]:
+        for drafter, info in results["drafters"].items():
+            chain_m, tree_m = info.get("chain", "dflash"), info.get("tree", "ddtree")
             fig, ax = plt.subplots(figsize=(7, 4))
-            series = [(f"{drafter}/dflash", rows.get(f"{drafter}/dflash"))]
-            series += [(f"ddtree@{b}", s) for b, s in _budget_rows(rows, drafter, "ddtree")]
+            series = [(f"{drafter}/{chain_m}", rows.get(f"{drafter}/{chain_m}"))]
+            series += [(f"{tree_m}@{b}", s) for b, s in _budget_rows(rows, drafter, tree_m)]
             width = 0.8 / max(len(series), 1)
             for j, (name, s) in enumerate(series):
                 if not s:
@@ -44,17 +46,19 @@ def decode_plots(results: dict, out_dir: Path) -> list[Path]:
             ax.legend(fontsize=7)
             paths.append(_save(fig, Path(out_dir) / f"tau_hist_{safe}_{drafter}.png"))
 
-            tree, chain = _budget_rows(rows, drafter, "ddtree"), _budget_rows(rows, drafter, "chain")
+            tree, chain = _budget_rows(rows, drafter, tree_m), _budget_rows(rows, drafter, "chain")
             if not tree:
                 continue
             fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-            for name, pts in (("ddtree", tree), ("chain control", chain)):
+            for name, pts in ((tree_m, tree), ("chain control", chain)):
+                if not pts:
+                    continue
                 a1.plot([b for b, _ in pts], [s["speedup"] for _, s in pts], "o-", label=name)
                 a2.plot([b for b, _ in pts], [s["tau_mean"] for _, s in pts], "o-", label=name)
-            d = rows.get(f"{drafter}/dflash")
+            d = rows.get(f"{drafter}/{chain_m}")
             if d:
-                a1.axhline(d["speedup"], ls="--", c="gray", label="dflash (B-1 chain)")
-                a2.axhline(d["tau_mean"], ls="--", c="gray", label="dflash (B-1 chain)")
+                a1.axhline(d["speedup"], ls="--", c="gray", label=f"{chain_m} (full chain)")
+                a2.axhline(d["tau_mean"], ls="--", c="gray", label=f"{chain_m} (full chain)")
             a1.axhline(1.0, c="k", lw=0.5)
             for a, yl in ((a1, "speedup over AR (same run)"), (a2, "tau")):
                 a.set_xscale("log", base=2)

@@ -2,8 +2,10 @@
 
 An exporter validates first (a format that cannot express the drafter raises :class:`ExportError`
 naming the field and the fix, before any file is written), then returns the files; the folder is
-written atomically. Registered for ``dflash``: ``zlab``, ``vllm``, ``speculators``, ``sglang``. An
-EAGLE-3 drafter plugs in by registering ``("eagle3", "vllm")`` etc. with :func:`register_exporter`.
+written atomically. Registered for ``dflash``: ``zlab``, ``vllm``, ``speculators``, ``sglang``; for
+``eagle3`` (:mod:`flashdraft.export.eagle3`): ``vllm``, ``speculators``. A family plugs in by naming its ``config.json``
+architecture in :data:`ARCHITECTURES` and registering ``(family, format)`` exporters with
+:func:`register_exporter`; :func:`export_drafter` picks the exporter through both, never by family name.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -23,11 +26,12 @@ from flashdraft.export.conventions import CONVENTIONS
 from flashdraft.export.quirks import TargetQuirks, measure_quirks, served_embedding_table
 from flashdraft.io import atomic_replace_dir
 from flashdraft.models.dflash import DFlashConfig, DFlashDrafter
-from flashdraft.models.drafter import load_drafter
+from flashdraft.models.drafter import DrafterError, drafter_architecture, load_drafter
 from flashdraft.models.target import Target
 
 MANIFEST = "flashdraft_export.json"
-ARCHITECTURES = {"DFlashDraftModel": "dflash"}  # config.json architectures[0] -> registry key
+# config.json architectures[0] -> exporter registry key (a family module adds its own entry)
+ARCHITECTURES: dict[str, str] = {"DFlashDraftModel": "dflash"}
 # Target families whose HF embedding transform SGLang also applies inside its embedding module
 # (read in SGLang's gemma3_causal.py); SGLang's DFlash model cannot carry its own table.
 SGLANG_EMBED_IN_MODULE = {"gemma3_text", "gemma3"}
@@ -42,13 +46,16 @@ class Source:
     """A flashdraft drafter folder as read from disk: config and raw tensors (dtype kept)."""
 
     path: Path
-    config: DFlashConfig
+    config: Any  # what the family's exporters read: DFlashConfig for dflash, the config.json dict otherwise
     tensors: dict[str, torch.Tensor]
     serve_dtype: torch.dtype = torch.bfloat16  # the dtype the server runs (a shipped embedding table's)
+    drafter: Any = None  # the family object (load_drafter, unbound): target_layer_ids, max_depth, check_fits
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.tensors["fc.weight"].dtype
+        if "fc.weight" in self.tensors:
+            return self.tensors["fc.weight"].dtype
+        return next(t.dtype for t in self.tensors.values() if t.is_floating_point())
 
 
 @dataclass
@@ -57,12 +64,24 @@ class Exported:
     tensors: dict[str, torch.Tensor]
     notes: list[str] = field(default_factory=list)
     extra_files: dict[str, bytes] = field(default_factory=dict)
+    # vLLM's speculative_config for this folder without "model" (serve-cmd reads it from the manifest)
+    speculative_config: dict | None = None
 
 
 class Exporter(ABC):
-    architecture = "dflash"
+    architecture = ""  # registry key of the family (a value of ARCHITECTURES)
     format = ""
     description = ""
+
+    def read_config(self, path: Path) -> Any:
+        """The source folder's config as this family's exporters read it (default: the config.json dict)."""
+        return json.loads((Path(path) / "config.json").read_text())
+
+    def read(self, path: str | Path) -> Source:
+        path = Path(path)
+        tensors = load_tensors(path)
+        tensors.pop("embed_tokens.weight", None)  # a served copy of the target's table, rebuilt on export
+        return Source(path, self.read_config(path), tensors)
 
     @abstractmethod
     def build(self, src: Source, quirks: TargetQuirks, target: Target, target_ref: str) -> Exported:
@@ -93,12 +112,13 @@ def load_tensors(path: Path, error=ExportError) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def read_source(path: str | Path) -> Source:
-    path = Path(path)
-    cfg = DFlashDrafter.load_config(path)
-    tensors = load_tensors(path)
-    tensors.pop("embed_tokens.weight", None)  # a served copy of the target's table, rebuilt on export
-    return Source(path, cfg, tensors)
+class DFlashExporter(Exporter):
+    """The DFlash family's exporters read the folder's :class:`DFlashConfig`."""
+
+    architecture = "dflash"
+
+    def read_config(self, path: Path) -> DFlashConfig:
+        return DFlashDrafter.load_config(path)
 
 
 def _body(src: Source) -> dict[str, torch.Tensor]:
@@ -121,7 +141,8 @@ def _zlab_config(src: Source) -> dict:
     return cfg
 
 
-def _embed_table(src: Source, quirks: TargetQuirks, target: Target, notes: list[str]) -> dict[str, torch.Tensor]:
+def shipped_embedding(src: Source, quirks: TargetQuirks, target: Target, notes: list[str]) -> dict[str, torch.Tensor]:
+    """``{"embed_tokens.weight": table}`` when the target transforms its embeddings (else {}), with the note."""
     if not quirks.embed_transform:
         return {}
     dtype = src.serve_dtype
@@ -131,7 +152,7 @@ def _embed_table(src: Source, quirks: TargetQuirks, target: Target, notes: list[
 
 
 @register_exporter
-class ZLabExporter(Exporter):
+class ZLabExporter(DFlashExporter):
     format = "zlab"
     description = "z-lab DFlash (trust_remote_code auto_map dflash.DFlashDraftModel, dflash_config, block_size)"
 
@@ -142,7 +163,7 @@ class ZLabExporter(Exporter):
 
 
 @register_exporter
-class SGLangExporter(Exporter):
+class SGLangExporter(DFlashExporter):
     format = "sglang"
     description = "SGLang --speculative-algorithm DFLASH (z-lab files; SGLang captures before layer id + 1)"
 
@@ -161,7 +182,7 @@ class SGLangExporter(Exporter):
 
 
 @register_exporter
-class VLLMExporter(Exporter):
+class VLLMExporter(DFlashExporter):
     format = "vllm"
     description = "vLLM speculative_config method='dflash' (explicit aux ids, draft_vocab_size + d2t, own embed table)"
 
@@ -177,8 +198,13 @@ class VLLMExporter(Exporter):
         tensors = _body(src)
         if src.config.draft_vocab_size is not None:
             notes.append(f"reduced vocabulary: lm_head [{src.config.draft_vocab_size}, d] + d2t (vLLM ignores t2d)")
-        tensors.update(_embed_table(src, quirks, target, notes))
-        return Exported(cfg, tensors, notes)
+        tensors.update(shipped_embedding(src, quirks, target, notes))
+        return Exported(cfg, tensors, notes, speculative_config=_dflash_speculative_config(src))
+
+
+def _dflash_speculative_config(src: Source) -> dict:
+    # vLLM does not read block_size for DFlash: the whole block minus the bonus is always given
+    return {"method": "dflash", "num_speculative_tokens": src.config.block_size - 1}
 
 
 SPEC_TOP = ("architectures", "auto_map", "block_size", "dflash_config", "draft_vocab_size", "target_hidden_size",
@@ -186,7 +212,7 @@ SPEC_TOP = ("architectures", "auto_map", "block_size", "dflash_config", "draft_v
 
 
 @register_exporter
-class SpeculatorsExporter(Exporter):
+class SpeculatorsExporter(DFlashExporter):
     format = "speculators"
     description = "vllm-project/speculators (speculators_config, transformer_layer_config, aux ids = z-lab + 1)"
 
@@ -227,8 +253,8 @@ class SpeculatorsExporter(Exporter):
         notes = [f"aux_hidden_state_layer_ids {cfg['aux_hidden_state_layer_ids']} = z-lab ids {c.target_layer_ids} + 1",
                  "embedding and LM head are not shipped unless needed (speculators fills them from the verifier)"]
         tensors = _body(src)
-        tensors.update(_embed_table(src, quirks, target, notes))
-        return Exported(cfg, tensors, notes)
+        tensors.update(shipped_embedding(src, quirks, target, notes))
+        return Exported(cfg, tensors, notes, speculative_config=_dflash_speculative_config(src))
 
 
 @dataclass
@@ -242,8 +268,22 @@ class ExportReport:
 def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Target, target_ref: str | None = None,
                    modeling_file: str | Path | None = None, serve_dtype: str | None = None) -> ExportReport:
     """Write the drafter folder ``src_dir`` in format ``fmt`` to ``out`` (atomically) for ``target``;
-    ``serve_dtype`` (default: the drafter's own dtype) is the dtype a shipped embedding table is made in."""
-    src = read_source(src_dir)
+    ``serve_dtype`` (default: the drafter's own dtype) is the dtype a shipped embedding table is made in.
+    The exporter is the one registered for (the family ``config.json`` names, ``fmt``)."""
+    try:
+        name = drafter_architecture(src_dir)
+    except DrafterError as e:
+        raise ExportError(str(e)) from None
+    arch = ARCHITECTURES.get(name)
+    if arch is None:
+        raise ExportError(f"{src_dir}: architectures [{name!r}] is not one flashdraft exports "
+                          f"(known: {sorted(ARCHITECTURES)})")
+    exporter = EXPORTERS.get((arch, fmt))
+    if exporter is None:
+        raise ExportError(f"no exporter for a {arch} drafter to format {fmt!r}; choose one of {formats_for(arch)}")
+    if Path(out).resolve() == Path(src_dir).resolve():
+        raise ExportError(f"--out {out} is the source folder; choose a new folder")
+    src = exporter.read(src_dir)
     if serve_dtype is not None:
         dt = getattr(torch, serve_dtype, None)
         if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
@@ -251,17 +291,9 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
         src.serve_dtype = dt
     else:
         src.serve_dtype = src.dtype
-    arch = ARCHITECTURES.get(src.config.architectures[0] if src.config.architectures else "")
-    if arch is None:
-        raise ExportError(f"{src_dir}: architectures {src.config.architectures} is not one flashdraft exports "
-                          f"(known: {sorted(ARCHITECTURES)})")
-    exporter = EXPORTERS.get((arch, fmt))
-    if exporter is None:
-        raise ExportError(f"no exporter for a {arch} drafter to format {fmt!r}; choose one of {formats_for(arch)}")
-    if Path(out).resolve() == Path(src_dir).resolve():
-        raise ExportError(f"--out {out} is the source folder; choose a new folder")
     try:
-        load_drafter(src.path).check_fits(target)
+        src.drafter = load_drafter(src.path)
+        src.drafter.check_fits(target)
     except ValueError as e:
         raise ExportError(f"drafter {src_dir} does not fit target {target.name}: {e}") from None
     quirks = measure_quirks(target)
@@ -277,6 +309,8 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
             shutil.copyfile(modeling_file, tmp / "dflash.py")
         manifest = dict(format=fmt, architecture=arch, source=str(src.path), target=target_ref or target.name,
                         quirks=quirks.to_dict(), notes=notes)
+        if files.speculative_config is not None:
+            manifest["speculative_config"] = files.speculative_config
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         atomic_replace_dir(tmp, out)
     finally:

@@ -2,8 +2,10 @@
 
 Target-side facts (vLLM 0.32): the native Gemma-3 class does not hand intermediate hidden states
 to a drafter, so such targets run with ``--model-impl transformers``; drafters mixing sliding and
-full layers need the V2 model runner. vLLM does not read ``block_size`` for DFlash:
-``num_speculative_tokens`` = block_size - 1 is always given. SGLang counts the whole block
+full layers need the V2 model runner. The vLLM ``--speculative-config`` (method and
+``num_speculative_tokens``) is the one the exporter wrote into the folder's manifest (``dflash``
+with block_size - 1, which vLLM does not read from the file; ``eagle3`` with the drafter's chain
+depth); a folder without a manifest is taken for DFlash. SGLang counts the whole block
 (``--speculative-num-draft-tokens`` = block_size).
 """
 
@@ -40,7 +42,8 @@ def serve_commands(drafter_dir: str | Path, target: str, target_family: str | No
     base = f"vllm serve {shlex.quote(target)} --dtype {dtype}{impl}"
     out = {"vllm_baseline": f"{base} --port {port}"}
     if fmt in ("vllm", "speculators"):
-        spec = json.dumps({"method": "dflash", "model": str(d), "num_speculative_tokens": block - 1})
+        sc = manifest.get("speculative_config") or {"method": "dflash", "num_speculative_tokens": block - 1}
+        spec = json.dumps({"method": sc["method"], "model": str(d), "num_speculative_tokens": sc["num_speculative_tokens"]})
         out["vllm"] = f"{env}{base} --port {port + 1} --speculative-config {shlex.quote(spec)}"
     if fmt == "speculators":
         out["vllm_speculators"] = f"{env}vllm serve {shlex.quote(str(d))} --dtype {dtype}{impl} --port {port + 1}"

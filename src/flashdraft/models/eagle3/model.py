@@ -60,6 +60,7 @@ class Eagle3Drafter(FeatureScaled, nn.Module):
     unrolled training forward (:mod:`flashdraft.models.eagle3.ttt`)."""
 
     stepwise = True  # drafts one token per forward, so decoders may ask for any depth or a dynamic tree
+    decode_methods = ("eagle3", "eagle3_tree")  # the chain and tree decoders bench decode runs it with
 
     def __init__(self, cfg: Eagle3Config):
         super().__init__()

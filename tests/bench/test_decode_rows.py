@@ -1,0 +1,70 @@
+"""The rows ``bench decode`` gives a drafter come from its family; drafter row names stay distinct."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashdraft.bench.decode_bench import (BenchError, decode_methods, drafter_names, markdown_table, run_decode_bench,
+                                          variants)
+from flashdraft.bench.plots import decode_plots
+from flashdraft.models.eagle3 import Eagle3Drafter
+from tests.tiny import Eagle3Oracle, OracleDrafter, random_prompts, tiny_target
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_target("qwen3")
+
+
+def test_a_drafter_without_decode_methods_gets_the_dflash_rows(tiny):
+    d = OracleDrafter(tiny, block_size=4)
+    assert decode_methods(d) == ("dflash", "ddtree")
+    rows = variants(tiny, {"o": d}, [2, 8], ngram=False)
+    assert set(rows) == {"ar", "o/dflash", "o/ddtree@2", "o/chain@2", "o/ddtree@8", "o/chain@8"}
+
+
+def test_a_family_names_its_chain_and_tree(tiny):
+    class HybridOnly(OracleDrafter):
+        decode_methods = ("dflash", "ddtree_ngram")  # a tree method without controls of its own
+
+    rows = variants(tiny, {"h": HybridOnly(tiny, block_size=4), "o": OracleDrafter(tiny, block_size=4)}, [4])
+    assert set(rows) == {"ar", "ngram", "ngram_tree@4", "h/dflash", "h/ddtree_ngram@4",
+                         "o/dflash", "o/ddtree@4", "o/chain@4", "o/ddtree_ngram@4"}
+    assert rows["h/ddtree_ngram@4"].budget == 4
+
+
+def test_eagle3_rows_run_next_to_dflash_in_one_interleaved_run(tiny, tmp_path):
+    eagle = Eagle3Oracle.for_target(tiny, max_depth=4)
+    assert decode_methods(eagle) == ("eagle3", "eagle3_tree")
+    res = run_decode_bench(tiny, {"d": OracleDrafter(tiny, block_size=5), "e": eagle}, {"rand": random_prompts(2, 10)},
+                           budgets=[3, 12], temperatures=[0.0], max_new_tokens=12, repeats=1, out_dir=tmp_path,
+                           log=lambda m: None, ngram=False)
+    rows = res["sets"]["rand@T=0"]
+    assert set(rows) == {"ar", "d/dflash", "d/ddtree@3", "d/chain@3", "d/ddtree@12", "d/chain@12",
+                         "e/eagle3", "e/eagle3_tree@3", "e/eagle3_tree@12"}
+    assert res["drafters"]["e"] == {"chain": "eagle3", "tree": "eagle3_tree", "block_size": 5}
+    assert res["drafters"]["d"] == {"chain": "dflash", "tree": "ddtree", "block_size": 5}
+    for v, s in rows.items():
+        assert s["identical_to_ar"] == 2, v  # lossless at T = 0
+    assert rows["e/eagle3"]["tau_mean"] == pytest.approx(5.0, abs=0.6)  # the oracle's 4 drafts all accepted
+    assert len(rows["e/eagle3"]["per_position_acceptance"]) == 4
+    assert rows["e/eagle3_tree@12"]["tau_mean"] > rows["e/eagle3_tree@3"]["tau_mean"] > 1
+    assert "| rand@T=0 | e/eagle3_tree@12 |" in markdown_table(res)
+    assert any(p.name == "budget_rand@T0_e.png" for p in decode_plots(res, tmp_path))
+
+
+def test_a_random_eagle3_drafter_gets_its_rows_losslessly(tiny, tmp_path):
+    d = Eagle3Drafter.for_target(tiny, max_depth=3, seed=4)
+    res = run_decode_bench(tiny, {"r": d}, {"rand": random_prompts(2, 8, seed=1)}, budgets=[6], temperatures=[0.0],
+                           max_new_tokens=10, repeats=1, out_dir=tmp_path, log=lambda m: None)
+    rows = res["sets"]["rand@T=0"]
+    assert set(rows) == {"ar", "ngram", "ngram_tree@6", "r/eagle3", "r/eagle3_tree@6"}
+    assert all(s["identical_to_ar"] == 2 for s in rows.values())
+
+
+def test_drafter_names_are_distinct(tmp_path):
+    a, b, c = tmp_path / "runs" / "a" / "final", tmp_path / "runs" / "b" / "final", tmp_path / "other"
+    assert drafter_names([str(c)]) == ["other"]
+    assert drafter_names([str(a), str(b), str(c)]) == ["a-final", "b-final", "other"]
+    with pytest.raises(BenchError, match="given twice"):
+        drafter_names([str(a), str(tmp_path / "runs" / "a" / "." / "final")])
