@@ -12,7 +12,7 @@ from flashdraft.errors import exit_on_error
 
 def demo(
     out: Optional[str] = typer.Option(None, "--out", help="run folder (default runs/demo)"),
-    minutes: Optional[float] = typer.Option(None, "--minutes", help="training budget in minutes (default 5)"),
+    minutes: Optional[float] = typer.Option(None, "--minutes", help="training budget in minutes (default 4)"),
     fresh: bool = typer.Option(False, "--fresh", help="run every stage again (default: skip finished stages)"),
     drafter: Optional[str] = typer.Option(None, "--drafter", help="the shipped drafter benched next to the new one"),
     init_from: Optional[str] = typer.Option(None, "--init-from", help="fine-tune this drafter (default: --drafter)"),

@@ -32,15 +32,17 @@ class DemoConfig(Section):
     drafter: str = Field("assets/gemma-3-270m-dflash-b8", description="the shipped drafter, benched next to the new one")
     recipe: str = Field("recipes/gemma3_270m_dflash.yaml", description="TrainConfig YAML of the training recipe")
     sources: list[str] = Field(["stdlib-code", "stdlib-docs"], description="built-in prompt sources (no held-out sets)")
-    prompts: int = Field(48, ge=1, description="prompts in all, split evenly across the sources")
-    new_tokens: int = Field(96, ge=1, description="generate: max new tokens per prompt")
-    backend: Literal["auto", "vllm", "hf"] = Field("auto", description="generate backend; auto: vllm when installed")
-    minutes: float = Field(5.0, gt=0, description="train: wall-clock budget (TrainConfig.max_minutes)")
+    prompts: int = Field(24, ge=1, description="prompts in all, split evenly across the sources")
+    new_tokens: int = Field(64, ge=1, description="generate: max new tokens per prompt")
+    backend: Literal["auto", "vllm", "hf"] = Field(
+        "auto", description="generate backend; auto: vllm when installed and a GPU is there, else hf (vLLM's CPU "
+        "build compiles for minutes before its first token)")
+    minutes: float = Field(4.0, gt=0, description="train: wall-clock budget (TrainConfig.max_minutes)")
     fine_tune: bool = Field(True, description="train: start from a drafter (init_from, else `drafter`); False: fresh")
     init_from: str | None = Field(None, description="train: the drafter to fine-tune (default: `drafter`)")
     train_steps: int | None = Field(None, ge=1, description="train: optimizer steps (default: the recipe's epochs)")
     train_set: list[str] = Field(default_factory=list, description="train: more TrainConfig fields, key=value")
-    bench_prompts: int = Field(6, ge=1, description="bench: held-out HumanEval prompts")
+    bench_prompts: int = Field(4, ge=1, description="bench: held-out HumanEval prompts")
     bench_tokens: int = Field(48, ge=2, description="bench: new tokens per prompt")
     budgets: list[int] = Field([8, 32], description="bench: DDTree node budgets")
     repeats: int = Field(1, ge=1, description="bench: runs per prompt and variant (median TPOT)")
@@ -91,11 +93,15 @@ def stage_generate(cfg: DemoConfig, ctx: dict) -> dict:
     from flashdraft.generate.config import GenerateConfig
     from flashdraft.generate.runner import run
 
-    backend = cfg.backend if cfg.backend != "auto" else ("vllm" if importlib.util.find_spec("vllm") else "hf")
+    import torch
+
+    gpu_vllm = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+    backend = cfg.backend if cfg.backend != "auto" else ("vllm" if gpu_vllm else "hf")
     out = Path(ctx["out"]) / "generated"
     gcfg = GenerateConfig(sources=[_need(ctx, "prompts", "prompts")], target=cfg.target, backend=backend,
                           dtype="float32", temperature=0.0, max_tokens=cfg.new_tokens, chat_template="never",
-                          output=str(out), resume=True, max_model_len=2048, enforce_eager=True)
+                          output=str(out), resume=True, max_model_len=2048, enforce_eager=True,
+                          chunk_size=16, flush_every=16)  # written every 16 records: Ctrl-C loses at most one chunk
     t0 = time.perf_counter()
     m = run(gcfg)
     return {"data": str(out), "backend": backend, "records": m.get("records"), "seconds": time.perf_counter() - t0,
