@@ -146,7 +146,7 @@ def write_report(out: Path, cfg) -> dict[str, Path]:
     cm_rows = [[c["concurrency"]] + [_f(curves["boxes"][b]["best"][i]["speedup"]) + f" ({curves['boxes'][b]['best'][i]['method']})"
                                      for b in curves["boxes"]] for i, c in enumerate(next(iter(curves["boxes"].values()))["best"])]
     t_cm = _table(["concurrency"] + [f"{b}: best speedup" for b in curves["boxes"]], cm_rows)
-    gen, tr, mix = data["outputs"]["generate"], data["outputs"]["train"], data["mix"]
+    gen, tr, mix, man = data["outputs"]["generate"], data["outputs"]["train"], data["mix"], data["manifest"]
     shares = ", ".join(f"{d} {100 * v['share']:.0f}%" for d, v in (mix.get("domains") or {}).items() if v.get("count"))
     cmds = gpu_commands(out, data, cfg.recipe)
 
@@ -166,7 +166,9 @@ def write_report(out: Path, cfg) -> dict[str, Path]:
              + (f", GPU {mach['gpu']}" if mach.get("gpu") else ", no GPU") + f"; target {bench['target']}.")
     facts = [
         f"Prompts: {data['outputs']['prompts'].get('count')} from {', '.join(data['outputs']['prompts'].get('sources', []))}; "
-        f"generate backend {gen.get('backend')}: {gen.get('records')} records in {_f(gen.get('seconds'), 0)} s -> {gen.get('data')}.",
+        f"generate backend {gen.get('backend')}: {man.get('counts', {}).get('done')} answers, "
+        f"{man.get('tokens', {}).get('response')} new tokens in {_f(man.get('elapsed_s'), 0)} s "
+        f"({(man.get('throughput') or {}).get('response_tokens_per_s')} tokens/s) -> {gen.get('data')}.",
         f"Mix: {shares or 'n/a'}.",
         f"Train: {tr.get('steps')} of {tr.get('total_steps')} steps (stopped: {tr.get('stopped')}), "
         f"started from {tr.get('init_from') or 'a fresh drafter'} -> {tr.get('drafter')}.",
