@@ -46,8 +46,8 @@ class DemoConfig(Section):
         description="train: more TrainConfig fields, key=value; the default keeps a fine-tuned full-vocabulary head on "
         "a sampled softmax of 8192 ids and 4 sequences a step, as the shipped drafter was trained, in fp32 (CPUs "
         "without bf16 matrix units run bf16 backward matmuls on a slow reference path)")
-    bench_prompts: int = Field(4, ge=1, description="bench: held-out HumanEval prompts")
-    bench_tokens: int = Field(48, ge=2, description="bench: new tokens per prompt")
+    bench_prompts: int = Field(1, ge=1, description="bench: held-out HumanEval prompts")
+    bench_tokens: int = Field(32, ge=2, description="bench: new tokens per prompt")
     budgets: list[int] = Field([8, 32], description="bench: DDTree node budgets")
     repeats: int = Field(1, ge=1, description="bench: runs per prompt and variant (median TPOT)")
     ngram: bool = Field(False, description="bench: also run prompt lookup (ngram, ngram_tree@b)")
