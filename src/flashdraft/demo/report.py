@@ -143,9 +143,13 @@ def write_report(out: Path, cfg) -> dict[str, Path]:
     total = sum((m or {}).get("minutes", 0.0) for m in data["markers"].values())
     t_min = _table(["stage", "minutes"], minutes + [["total", _f(total, 1)]])
     t_bench = _table(*bench_rows(bench))
-    cm_rows = [[c["concurrency"]] + [_f(curves["boxes"][b]["best"][i]["speedup"]) + f" ({curves['boxes'][b]['best'][i]['method']})"
-                                     for b in curves["boxes"]] for i, c in enumerate(next(iter(curves["boxes"].values()))["best"])]
-    t_cm = _table(["concurrency"] + [f"{b}: best speedup" for b in curves["boxes"]], cm_rows)
+    def _spec(best: dict) -> str:  # the best speculative choice, also where it loses to AR
+        s = best["best_speculative"]
+        return f"{s['speedup']:.2f} ({s['method']}@{s['budget']})" if s else "-"
+
+    cm_rows = [[c["concurrency"]] + [_spec(curves["boxes"][b]["best"][i]) for b in curves["boxes"]]
+               for i, c in enumerate(next(iter(curves["boxes"].values()))["best"])]
+    t_cm = _table(["concurrency"] + [f"{b}: best speculative speedup" for b in curves["boxes"]], cm_rows)
     gen, tr, mix, man = data["outputs"]["generate"], data["outputs"]["train"], data["mix"], data["manifest"]
     shares = ", ".join(f"{d} {100 * v['share']:.0f}%" for d, v in (mix.get("domains") or {}).items() if v.get("count"))
     cmds = gpu_commands(out, data, cfg.recipe)
