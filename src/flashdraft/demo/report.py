@@ -162,7 +162,7 @@ def write_report(out: Path, cfg) -> dict[str, Path]:
     beat = ("Speculation beat autoregressive decoding on this machine." if h["beat_ar"] else
             "Speculation did NOT beat autoregressive decoding on this machine: every speculative variant was slower "
             "than AR here (speedup below 1.00x). On this CPU a verify round over many draft tokens costs several AR "
-            "steps; the cost model below shows where it pays on GPUs.")
+            "steps; the cost model below shows what the acceptance measured here would give on an 8-GPU box.")
     same = ("Outputs were token-identical to AR for every variant and prompt (greedy)." if h["lossless"] else
             "Some outputs DIFFERED from AR (see the =AR columns): this is a bug to report.")
     where = (f"Measured {mach.get('date', '?')} on {mach.get('host', '?')}: {mach.get('cpu', '?')}, "
