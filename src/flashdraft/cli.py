@@ -39,6 +39,7 @@ def guarded(command: Callable) -> Callable:
 def _register() -> None:
     from flashdraft.bench.cli import app as bench_app
     from flashdraft.decode.cli import decode
+    from flashdraft.demo.cli import demo
     from flashdraft.export.cli import export, import_, serve_cmd
     from flashdraft.generate.cli import generate
     from flashdraft.mix.cli import app as mix_app
@@ -58,6 +59,7 @@ def _register() -> None:
     app.command(name="export")(guarded(export))
     app.command(name="import")(guarded(import_))
     app.command(name="serve-cmd")(guarded(serve_cmd))
+    app.command(name="demo")(guarded(demo))
 
 
 _register()

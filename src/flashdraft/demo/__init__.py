@@ -1,0 +1,1 @@
+"""``flashdraft demo``: generate -> mix -> train -> bench -> export -> report on one target, resumable per stage."""

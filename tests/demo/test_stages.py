@@ -1,0 +1,76 @@
+"""The demo's stage runner: markers, skip on re-run, --fresh, resume after an interrupted stage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flashdraft.demo.stages import Stage, StageError, marker_path, read_marker, run_stages
+
+
+class Counting:
+    """Stages that count their calls; ``interrupt_at`` raises KeyboardInterrupt once, half-way through a stage
+    that keeps its own progress file (as generate and train do), so the rerun continues from that progress."""
+
+    def __init__(self, tmp_path, interrupt_at: str | None = None):
+        self.calls: dict[str, int] = {}
+        self.interrupt_at = interrupt_at
+        self.tmp = tmp_path
+
+    def stage(self, name: str) -> Stage:
+        def run(ctx):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            progress = ctx["out"] / f"{name}.progress"
+            done = int(progress.read_text()) if progress.is_file() else 0
+            for item in range(done, 4):  # 4 items of work, each saved when finished
+                if name == self.interrupt_at and item == 2:
+                    self.interrupt_at = None
+                    raise KeyboardInterrupt
+                progress.write_text(str(item + 1))
+            prev = [ctx["outputs"][s]["file"] for s in ctx["outputs"]]  # earlier stages' outputs are visible
+            (ctx["out"] / f"{name}.txt").write_text(",".join(prev))
+            return {"file": str(ctx["out"] / f"{name}.txt"), "resumed_from": done}
+
+        return Stage(name, f"stage {name}", run)
+
+    def stages(self) -> list[Stage]:
+        return [self.stage(n) for n in ("a", "b", "c")]
+
+
+def test_markers_then_skip_then_fresh(tmp_path):
+    c = Counting(tmp_path)
+    said: list[str] = []
+    m = run_stages(c.stages(), tmp_path, say=said.append)
+    assert c.calls == {"a": 1, "b": 1, "c": 1}
+    assert json.loads(marker_path(tmp_path, "b").read_text())["outputs"]["file"] == str(tmp_path / "b.txt")
+    assert (tmp_path / "c.txt").read_text() == f"{tmp_path / 'a.txt'},{tmp_path / 'b.txt'}"
+    assert m["c"]["minutes"] >= 0 and m["c"]["finished"]
+    run_stages(c.stages(), tmp_path, say=said.append)  # every stage finished: nothing runs again
+    assert c.calls == {"a": 1, "b": 1, "c": 1}
+    assert sum("skipped" in s for s in said) == 3
+    run_stages(c.stages(), tmp_path, fresh=True, say=said.append)
+    assert c.calls == {"a": 2, "b": 2, "c": 2}
+
+
+def test_interrupted_stage_resumes_without_redoing_finished_ones(tmp_path):
+    c = Counting(tmp_path, interrupt_at="b")
+    with pytest.raises(KeyboardInterrupt):
+        run_stages(c.stages(), tmp_path, say=lambda s: None)
+    assert read_marker(tmp_path, "a") is not None
+    assert read_marker(tmp_path, "b") is None and read_marker(tmp_path, "c") is None  # no marker for a cut stage
+    m = run_stages(c.stages(), tmp_path, say=lambda s: None)
+    assert c.calls == {"a": 1, "b": 2, "c": 1}  # a not redone; b rerun once; c run once
+    assert m["b"]["outputs"]["resumed_from"] == 2  # b continued from its own progress, not from the start
+    assert m["c"]["outputs"]["resumed_from"] == 0
+
+
+def test_bad_marker_and_duplicate_names(tmp_path):
+    c = Counting(tmp_path)
+    p = marker_path(tmp_path, "a")
+    p.parent.mkdir(parents=True)
+    p.write_text("{not json")
+    with pytest.raises(StageError, match="delete it"):
+        run_stages(c.stages(), tmp_path, say=lambda s: None)
+    with pytest.raises(StageError, match="repeat"):
+        run_stages([c.stage("a"), c.stage("a")], tmp_path, fresh=True, say=lambda s: None)
