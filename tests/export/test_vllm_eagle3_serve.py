@@ -42,7 +42,7 @@ PROMPTS = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"
 MAX_TOKENS = 32
 K = 3  # num_speculative_tokens = flashdraft's chain budget
 TRAIN_TOKENS = 40  # greedy continuation trained on (covers MAX_TOKENS + K)
-TRAIN_STEPS = 8  # first-draft accuracy on the training rows ~0.5 by then (50-130 s a step on a busy 2-core CPU)
+TRAIN_STEPS = 40  # the drafter learns the test's own continuations: high acceptance, so the counts are large
 ACCEPTANCE_RELATIVE_TOLERANCE = 0.10
 DRAFT_AGREEMENT = 0.9
 # Relative L2 error per position between vLLM's captured aux state and HF's hidden state: measured <= 0.022
@@ -64,12 +64,14 @@ def greedy_records(target, prompts: list[list[int]], n: int) -> list[dict]:
 
 
 def train_drafter(target, prompts, tmp: Path) -> Path:
+    """A drafter trained on the bf16 target's greedy continuations of the test prompts. The training pass runs
+    an fp32 copy of the target: bf16 matmuls are emulated on CPUs without AVX512-BF16/AMX (minutes a step)."""
     data = tmp / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in greedy_records(target, prompts, TRAIN_TOKENS)))
-    cfg = TrainConfig(target="gemma-3-270m", target_dtype="bfloat16", data=[str(data)], out_dir=str(tmp / "run"),
+    cfg = TrainConfig(target="gemma-3-270m", target_dtype="float32", data=[str(data)], out_dir=str(tmp / "run"),
                       objective="eagle3", ttt_steps=K, draft_vocab_size=4096, max_len=128, batch_size=len(prompts),
                       max_steps=TRAIN_STEPS, lr=3e-3, warmup_ratio=0.1, progress=False, tensorboard=False)
-    return Trainer(cfg, target=target).run().final_drafter
+    return Trainer(cfg, target=load_target("gemma-3-270m", dtype="float32")).run().final_drafter
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +145,16 @@ def test_served_drafter_gets_flashdraft_inputs_and_proposes_flashdraft_drafts(se
         hidden[k] = target.model(seq[None], output_hidden_states=True).hidden_states
     props = _proposals(res, prompts)
     assert len(rec["features"]) == len(props) and len(rec["embeds"]) == len(res["rounds"])
-    agree = 0
+    agree = compared = 0
     for j, (k, bonus, drafts, first) in enumerate(props):
+        if bonus >= len(seqs[k]):  # a last round past MAX_TOKENS: its tokens were cut from the output
+            continue
+        compared += 1
         r, e, f = res["rounds"][first], rec["embeds"][first], rec["features"][j]  # f [n, 3 * d]
         ids, pos = torch.tensor(r["ids"]), torch.tensor(r["pos"])
         assert torch.equal(e, emb(ids[None])[0].float())  # exactly HF's scaled rows
         assert not torch.allclose(e, emb.weight[ids].float(), rtol=0.1)  # not the raw table
-        valid = pos < bonus  # padded passes also carry rejected positions
+        valid = pos < bonus  # padded passes also carry rejected positions (pos + 1 <= bonus < len(seqs[k]))
         assert torch.equal(ids[valid], torch.tensor(seqs[k])[pos[valid] + 1])  # position i is fed token i + 1
         for a, aux in enumerate(cfg["eagle_aux_hidden_state_layer_ids"]):
             ref = hidden[k][hf_hidden_state_index("vllm", aux)][0, pos[valid]].float()
@@ -159,4 +164,5 @@ def test_served_drafter_gets_flashdraft_inputs_and_proposes_flashdraft_drafts(se
         drafter.reset()
         ours = drafter.propose(torch.tensor(seqs[k][: bonus + 1]), feats[k][:bonus], depth=K).argmax(-1).tolist()
         agree += ours == drafts
-    assert agree >= DRAFT_AGREEMENT * len(props), f"{agree}/{len(props)} proposals with identical drafts"
+    assert compared >= len(props) - len(prompts)
+    assert agree >= DRAFT_AGREEMENT * compared, f"{agree}/{compared} proposals with identical drafts"
