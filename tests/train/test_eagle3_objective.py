@@ -107,3 +107,14 @@ def test_two_gloo_ranks_match_one_process_with_accumulation(tmp_path, data):
     assert list(l0) == list(single.losses)
     for k in l0:
         assert l0[k] == pytest.approx(single.losses[k], rel=1e-5)
+
+
+def test_draft_rows_only_teacher_equals_the_full_vocabulary_rule_on_greedy_data(tmp_path, data):
+    """On the target's own greedy continuations the target's argmax is the data token, so dropping slots by the
+    data token (LM head over the draft rows only) gives the losses of the full-vocabulary argmax rule."""
+    full = Trainer(make_cfg(tmp_path / "a", data, **EAGLE, max_steps=3), target=tiny_target("qwen3")).run()
+    rows = Trainer(make_cfg(tmp_path / "b", data, **EAGLE, max_steps=3, full_vocab_argmax=False),
+                   target=tiny_target("qwen3")).run()
+    assert list(full.losses) == list(rows.losses)
+    for a, b in zip(full.losses.values(), rows.losses.values()):
+        assert abs(a - b) <= 1e-4 * abs(a), (full.losses, rows.losses)

@@ -61,6 +61,9 @@ class TrainConfig(Section):
     checkpoint_lm_head: bool = Field(True, description="recompute LM-head chunks in backward (bounded memory)")
     ttt_steps: int = Field(7, ge=1, description="eagle3: training-time-test steps unrolled (= the drafter's max_depth)")
     ttt_decay: float = Field(0.8, gt=0, le=1, description="eagle3: weight ttt_decay ** k of unrolled step k")
+    full_vocab_argmax: bool = Field(
+        True, description="eagle3: drop slots whose target argmax (full vocabulary) lies outside the draft vocabulary; "
+        "false: check the data token only (the same rule on the target's own greedy data; LM head over draft rows only)")
     append_eos: bool = True
 
     # optimisation
@@ -151,6 +154,6 @@ class TrainConfig(Section):
 VARIANT_FIELDS = (
     "objective", "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
     "init_norm_from_target", "draft_vocab_size", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "loss",
-    "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
+    "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "full_vocab_argmax", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",
 )

@@ -12,6 +12,11 @@ logits computed only for the draft-vocabulary rows of its LM head, from ``final_
 the draft vocabulary, slot weight ``ttt_decay ** (k - 1)``. A slot is dropped (weight 0) past the
 end of its document or the row, outside the loss mask, or when the target's argmax (full vocabulary)
 is outside the draft vocabulary (then it cannot be drafted; it still counts as a miss in ``acc``).
+That rule needs the target's logits over the full vocabulary at every position (once per position,
+not per slot); ``full_vocab_argmax: false`` drops only slots whose *data* token is outside the draft
+vocabulary, which is the same rule when the data is the target's own greedy output, and runs the
+target's LM head over the draft rows only (on Gemma-3-270M's 262k vocabulary, the full pass was 87% of
+a CPU training step).
 The normaliser is the micro-batch's static slot-weight sum, known before any forward (the loop sums
 it over micro-batches and ranks); slots dropped for the argmax rule add 0 to the loss. The LM heads
 and the loss run in row chunks under activation checkpointing.
@@ -48,10 +53,11 @@ def _soft_ce_chunk(lm_head, norm, h, t_logits):
 class Eagle3Objective(BlockMetrics):
     """Loss of an EAGLE-3 drafter on a batch, from the frozen target's features and final hidden states."""
 
-    CONFIG_FIELDS = ("ttt_steps", "ttt_decay", "lm_head_chunk", "checkpoint_lm_head")
+    CONFIG_FIELDS = ("ttt_steps", "ttt_decay", "full_vocab_argmax", "lm_head_chunk", "checkpoint_lm_head")
     eval_method = "eagle3"  # the decoder the loop's real-decoding eval uses
 
-    def __init__(self, drafter, *, ttt_steps: int = 7, ttt_decay: float = 0.8, lm_head_chunk: int = 128,
+    def __init__(self, drafter, *, ttt_steps: int = 7, ttt_decay: float = 0.8, full_vocab_argmax: bool = True,
+                 lm_head_chunk: int = 128,
                  checkpoint_lm_head: bool = True, attention: str = "sdpa"):
         if not getattr(drafter, "stepwise", False) or not hasattr(drafter, "ttt_hidden"):
             raise TrainError(f"objective 'eagle3' trains EAGLE-3 drafters; {type(drafter).__name__} is not one "
@@ -60,6 +66,7 @@ class Eagle3Objective(BlockMetrics):
             raise TrainError(f"ttt_decay {ttt_decay} must be in (0, 1]")
         self.drafter, self.steps, self.decay = drafter, ttt_steps, ttt_decay
         self.chunk, self.checkpoint_lm_head = lm_head_chunk, checkpoint_lm_head
+        self.full_vocab_argmax = full_vocab_argmax
         self._head: tuple | None = None
 
     @property
@@ -139,16 +146,26 @@ class Eagle3Objective(BlockMetrics):
         sel = blocks.weights > 0  # [b, A, B]
         rows = h[sel]  # [m, d]
         src = (blocks.anchors[..., None] + torch.arange(self.block_size, device=h.device) - 1).clamp(0, T - 1)  # [b, A, B]
-        teacher = final_h.gather(1, src.flatten(1)[..., None].expand(-1, -1, final_h.shape[-1]))
-        teacher = teacher.view(*src.shape, -1)[sel]  # [m, H]
+        flat = (torch.arange(b, device=h.device)[:, None, None] * T + src)[sel]  # [m] row-major positions
+        pos, inverse = flat.unique(return_inverse=True)  # a position feeds up to ttt_steps slots: its logits once
+        teacher = final_h.reshape(b * T, -1).index_select(0, pos)  # [u, H]
         lm = self.head(target)
         ids = d.draft_token_ids()  # [Vd]
-        keep, t_small = [], []
-        with torch.no_grad():  # the target's argmax over the full vocabulary, and its draft-vocabulary logits
-            for s in range(0, rows.shape[0], self.chunk):
-                full = lm(teacher[s : s + self.chunk].to(target.dtype))  # [m, V] fp32
-                keep.append(d.t2d[full.argmax(-1)])
-                t_small.append(full.index_select(1, ids))  # [m, Vd]
+        keep_u, small_u = [], []
+        with torch.no_grad():  # the target's draft-vocabulary logits (and, if asked, its full-vocabulary argmax)
+            for s in range(0, teacher.shape[0], self.chunk):
+                th = teacher[s : s + self.chunk].to(target.dtype)
+                if self.full_vocab_argmax:
+                    full = lm(th)  # [u, V] fp32
+                    keep_u.append(d.t2d[full.argmax(-1)])
+                    small_u.append(full.index_select(1, ids))  # [u, Vd]
+                else:
+                    small_u.append(lm(th, rows=ids))  # [u, Vd]
+        small = torch.cat(small_u) if small_u else rows.new_zeros(0, ids.numel())
+        keep = (torch.cat(keep_u) if keep_u else small.new_zeros(0, dtype=torch.bool))[inverse] if self.full_vocab_argmax \
+            else torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
+        small = small[inverse]  # [m, Vd]
+        t_small = list(small.split(self.chunk))
         per_row, d_arg, t_arg = [], [], []
         for i, s in enumerate(range(0, rows.shape[0], self.chunk)):
             args = (d.lm_head, d.norm, rows[s : s + self.chunk], t_small[i])
@@ -161,7 +178,7 @@ class Eagle3Objective(BlockMetrics):
             t_arg.append(r[2])
         correct = torch.zeros_like(sel)
         if per_row:
-            kept = torch.cat(keep)  # [m] bool
+            kept = keep  # [m] bool
             per_row_t = torch.cat(per_row) * kept
             correct[sel] = (torch.cat(d_arg) == torch.cat(t_arg)) & kept
         else:
