@@ -72,3 +72,27 @@ class DraftVocab:
         full = small.new_full((small.shape[0], self.vocab_size), float("-inf"))  # [m, V]
         full[:, self.token_ids()] = small
         return full
+
+
+class DraftVocabHead:
+    """Mixin for a drafter family with ``self.vocab`` (a :class:`DraftVocab` or None), its own ``lm_head``
+    over the draft ids and a bound ``self.target``."""
+
+    @torch.no_grad()
+    def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
+        """Use the target ids ``token_ids`` [Vd] as the draft vocabulary: fill d2t/t2d and start the
+        drafter's ``lm_head`` from the target's LM-head rows of those ids (same logits there)."""
+        if self.vocab is None:
+            n = torch.as_tensor(token_ids).numel()
+            raise DrafterError(f"{n} draft ids for a drafter with draft_vocab_size None; build it with draft_vocab")
+        ids = self.vocab.set(token_ids)
+        w = self.target.model.get_output_embeddings().weight
+        self.lm_head.weight.copy_(w.index_select(0, ids.to(w.device)).to(self.lm_head.weight))
+
+    def draft_token_ids(self) -> torch.Tensor:
+        """Target ids of the draft vocabulary, in draft-id order -> [Vd] long."""
+        return self.vocab.token_ids()
+
+    def t2d_index(self) -> torch.Tensor:
+        """Target id -> draft id (-1 where the draft vocabulary lacks it) -> [vocab] long."""
+        return self.vocab.index()

@@ -80,6 +80,34 @@ def is_stepwise(drafter) -> bool:
 DRAFTERS: dict[str, type] = {}
 
 
+def check_target_fit(cfg, target: "Target", borrows: str) -> None:
+    """Refuse ``target`` when the drafter config ``cfg`` (hidden_size, target_hidden_size, vocab_size,
+    num_target_layers, target_layer_ids) was made for another width, vocabulary or depth; ``borrows``
+    names what the drafter takes from the target (said when the vocabularies differ)."""
+    from flashdraft.models.target import TargetError, check_target_layer_ids
+
+    who = f"target {target.name}"
+    if cfg.target_hidden_size != target.hidden_size or cfg.hidden_size != target.hidden_size:
+        raise DrafterError(
+            f"drafter hidden_size {cfg.hidden_size} (target_hidden_size {cfg.target_hidden_size}) does not match "
+            f"{who} hidden_size {target.hidden_size}; use a drafter made for this target or pass --target"
+        )
+    if cfg.vocab_size != target.vocab_size:
+        raise DrafterError(
+            f"drafter vocab_size {cfg.vocab_size} does not match {who} vocabulary {target.vocab_size}; "
+            f"the drafter borrows the target's {borrows}, so both must be the same"
+        )
+    if cfg.num_target_layers != target.num_layers:
+        raise DrafterError(
+            f"drafter was made for a target with {cfg.num_target_layers} layers, {who} has {target.num_layers}; "
+            "use a drafter made for this target"
+        )
+    try:
+        check_target_layer_ids(cfg.target_layer_ids, target.num_layers, target.name)
+    except TargetError as e:
+        raise DrafterError(f"drafter target_layer_ids do not fit: {e}") from None
+
+
 def register_drafter(architecture: str) -> Callable[[type], type]:
     """Class decorator: drafter folders whose ``config.json`` names ``architecture`` load with this class."""
 

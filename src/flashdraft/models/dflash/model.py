@@ -38,14 +38,14 @@ from flashdraft.io import atomic_replace_dir
 from flashdraft.models.dflash.config import DFlashConfig, DFlashInner
 from flashdraft.models.dflash.layers import DFlashLayer, rope_cos_sin, rope_tables
 from flashdraft.models.dflash.masks import flex_training_mask, training_mask
-from flashdraft.models.draft_vocab import DraftVocab
-from flashdraft.models.drafter import DrafterError, register_drafter
+from flashdraft.models.draft_vocab import DraftVocab, DraftVocabHead
+from flashdraft.models.drafter import DrafterError, check_target_fit, register_drafter
 from flashdraft.models.feature_scale import FeatureScaled
-from flashdraft.models.target import Target, TargetError, check_target_layer_ids
+from flashdraft.models.target import Target, check_target_layer_ids
 
 
 @register_drafter("DFlashDraftModel")
-class DFlashDrafter(FeatureScaled, nn.Module):
+class DFlashDrafter(DraftVocabHead, FeatureScaled, nn.Module):
     """DFlash drafter (a :class:`~flashdraft.models.drafter.Drafter`): :meth:`propose` is the inference
     step of the chain and tree decoders, :meth:`train_hidden` the training forward over many blocks."""
 
@@ -143,47 +143,10 @@ class DFlashDrafter(FeatureScaled, nn.Module):
             drafter.set_draft_vocab(draft_vocab)
         return drafter
 
-    @torch.no_grad()
-    def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
-        """Use the target ids ``token_ids`` [Vd] as the draft vocabulary: fill d2t/t2d and start the
-        drafter's ``lm_head`` from the target's LM-head rows of those ids (same logits there)."""
-        if self.vocab is None:
-            n = torch.as_tensor(token_ids).numel()
-            raise DrafterError(f"{n} draft ids for a drafter with draft_vocab_size None; build it with draft_vocab")
-        ids = self.vocab.set(token_ids)
-        w = self.target.model.get_output_embeddings().weight
-        self.lm_head.weight.copy_(w.index_select(0, ids.to(w.device)).to(self.lm_head.weight))
-
-    def draft_token_ids(self) -> torch.Tensor:
-        """Target ids of the draft vocabulary, in draft-id order -> [Vd] long."""
-        return self.vocab.token_ids()
-
-    def t2d_index(self) -> torch.Tensor:
-        """Target id -> draft id (-1 where the draft vocabulary lacks it) -> [vocab] long."""
-        return self.vocab.index()
-
     def check_fits(self, target: Target) -> None:
         """Refuse a target whose width, vocabulary, depth or mask token do not match this drafter."""
+        check_target_fit(self.cfg, target, borrows="embedding and LM head")
         c, who = self.cfg, f"target {target.name}"
-        if c.target_hidden_size != target.hidden_size or c.hidden_size != target.hidden_size:
-            raise DrafterError(
-                f"drafter hidden_size {c.hidden_size} (target_hidden_size {c.target_hidden_size}) does not match "
-                f"{who} hidden_size {target.hidden_size}; use a drafter made for this target or pass --target"
-            )
-        if c.vocab_size != target.vocab_size:
-            raise DrafterError(
-                f"drafter vocab_size {c.vocab_size} does not match {who} vocabulary {target.vocab_size}; "
-                "the drafter borrows the target's embedding and LM head, so both must be the same"
-            )
-        if c.num_target_layers != target.num_layers:
-            raise DrafterError(
-                f"drafter was made for a target with {c.num_target_layers} layers, {who} has {target.num_layers}; "
-                "use a drafter made for this target"
-            )
-        try:
-            check_target_layer_ids(c.target_layer_ids, target.num_layers, target.name)
-        except TargetError as e:
-            raise DrafterError(f"drafter target_layer_ids do not fit: {e}") from None
         if not 0 <= c.mask_token_id < target.vocab_size:
             raise DrafterError(
                 f"drafter mask_token_id {c.mask_token_id} is not a row of {who}'s embedding (vocabulary "

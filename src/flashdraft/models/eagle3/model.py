@@ -35,12 +35,12 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from flashdraft.io import atomic_replace_dir
 from flashdraft.models.dflash.layers import attend, rope_cos_sin
-from flashdraft.models.draft_vocab import DraftVocab
-from flashdraft.models.drafter import DrafterError, register_drafter
+from flashdraft.models.draft_vocab import DraftVocab, DraftVocabHead
+from flashdraft.models.drafter import DrafterError, check_target_fit, register_drafter
 from flashdraft.models.eagle3.config import Eagle3Config, Eagle3Inner
 from flashdraft.models.eagle3.layers import Eagle3Layer
 from flashdraft.models.feature_scale import FeatureScaled
-from flashdraft.models.target import Target, TargetError, check_target_layer_ids, default_target_layer_ids
+from flashdraft.models.target import Target, check_target_layer_ids, default_target_layer_ids
 
 DEFAULT_DRAFT_VOCAB = 32_000  # EAGLE-3's draft vocabulary on 8B targets (capped at the target's vocabulary)
 
@@ -54,7 +54,7 @@ def eagle_layer_ids(num_target_layers: int) -> list[int]:
 
 
 @register_drafter("LlamaForCausalLMEagle3")
-class Eagle3Drafter(FeatureScaled, nn.Module):
+class Eagle3Drafter(DraftVocabHead, FeatureScaled, nn.Module):
     """EAGLE-3 drafter (a :class:`~flashdraft.models.drafter.Drafter` that drafts step by step):
     :meth:`propose` is the chain, :meth:`propose_tree` EAGLE's dynamic tree, :meth:`ttt_hidden` the
     unrolled training forward (:mod:`flashdraft.models.eagle3.ttt`)."""
@@ -135,44 +135,9 @@ class Eagle3Drafter(FeatureScaled, nn.Module):
         drafter.set_draft_vocab(draft_vocab)
         return drafter
 
-    @torch.no_grad()
-    def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
-        """Use the target ids ``token_ids`` [Vd] as the draft vocabulary: fill d2t/t2d and start ``lm_head``
-        from the target's LM-head rows of those ids (the target's logits there, softcapping aside)."""
-        ids = self.vocab.set(token_ids)
-        w = self.target.model.get_output_embeddings().weight
-        self.lm_head.weight.copy_(w.index_select(0, ids.to(w.device)).to(self.lm_head.weight))
-
-    def draft_token_ids(self) -> torch.Tensor:
-        """Target ids of the draft vocabulary, in draft-id order -> [Vd] long."""
-        return self.vocab.token_ids()
-
-    def t2d_index(self) -> torch.Tensor:
-        """Target id -> draft id (-1 where the draft vocabulary lacks it) -> [vocab] long."""
-        return self.vocab.index()
-
     def check_fits(self, target: Target) -> None:
         """Refuse a target whose width, vocabulary or depth do not match this drafter."""
-        c, who = self.cfg, f"target {target.name}"
-        if c.target_hidden_size != target.hidden_size or c.hidden_size != target.hidden_size:
-            raise DrafterError(
-                f"drafter hidden_size {c.hidden_size} (target_hidden_size {c.target_hidden_size}) does not match "
-                f"{who} hidden_size {target.hidden_size}; use a drafter made for this target or pass --target"
-            )
-        if c.vocab_size != target.vocab_size:
-            raise DrafterError(
-                f"drafter vocab_size {c.vocab_size} does not match {who} vocabulary {target.vocab_size}; "
-                "the drafter borrows the target's embedding, so both must be the same"
-            )
-        if c.num_target_layers != target.num_layers:
-            raise DrafterError(
-                f"drafter was made for a target with {c.num_target_layers} layers, {who} has {target.num_layers}; "
-                "use a drafter made for this target"
-            )
-        try:
-            check_target_layer_ids(c.target_layer_ids, target.num_layers, target.name)
-        except TargetError as e:
-            raise DrafterError(f"drafter target_layer_ids do not fit: {e}") from None
+        check_target_fit(self.cfg, target, borrows="embedding")
 
     def bind(self, target: Target) -> "Eagle3Drafter":
         """Borrow ``target``'s embedding module (after checking that the drafter fits it)."""
