@@ -108,6 +108,52 @@ def check_target_fit(cfg, target: "Target", borrows: str) -> None:
         raise DrafterError(f"drafter target_layer_ids do not fit: {e}") from None
 
 
+def save_drafter_files(drafter, path: str | Path) -> Path:
+    """Write ``drafter.cfg`` as config.json (with ``torch_dtype``) and its own weights as model.safetensors,
+    ``fc.weight`` with the feature scale folded in (fc(x * s) == (W * s) x), atomically into ``path``."""
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    from flashdraft.io import atomic_replace_dir
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    cfg = drafter.cfg.model_dump(mode="json")
+    cfg["torch_dtype"] = str(drafter.fc.weight.dtype).removeprefix("torch.")
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    state = {k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items()}
+    state["fc.weight"] = drafter.folded_fc_weight()
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    atomic_replace_dir(tmp, path)
+    return path
+
+
+def read_drafter_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """Every *.safetensors tensor of a drafter folder, minus ``embed_tokens.weight``: served formats may ship
+    the target's (pre-scaled) embedding table, while flashdraft always borrows the target's own module."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files:
+        raise DrafterError(f"no .safetensors weights in {path}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    state.pop("embed_tokens.weight", None)
+    return state
+
+
+def load_weights_exactly(drafter, state: dict[str, torch.Tensor], path: str | Path) -> None:
+    """Load ``state`` into ``drafter``, refusing missing or unexpected names (both listed)."""
+    own = drafter.state_dict()
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise DrafterError(f"weights in {path} do not match config.json: missing {missing[:8]}, unexpected {unexpected[:8]}")
+    drafter.load_state_dict(state)
+
+
 def register_drafter(architecture: str) -> Callable[[type], type]:
     """Class decorator: drafter folders whose ``config.json`` names ``architecture`` load with this class."""
 

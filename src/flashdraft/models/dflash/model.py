@@ -24,22 +24,20 @@ with ``layers.N.*``, ``fc.weight``, ``hidden_norm.weight``, ``norm.weight``.
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
-from flashdraft.io import atomic_replace_dir
 from flashdraft.models.dflash.config import DFlashConfig, DFlashInner
 from flashdraft.models.dflash.layers import DFlashLayer, rope_cos_sin, rope_tables
 from flashdraft.models.dflash.masks import flex_training_mask, training_mask
 from flashdraft.models.draft_vocab import DraftVocab, DraftVocabHead
-from flashdraft.models.drafter import DrafterError, check_target_fit, register_drafter
+from flashdraft.models.drafter import (
+    DrafterError, check_target_fit, load_weights_exactly, read_drafter_weights, register_drafter, save_drafter_files,
+)
 from flashdraft.models.feature_scale import FeatureScaled
 from flashdraft.models.target import Target, check_target_layer_ids
 
@@ -171,17 +169,7 @@ class DFlashDrafter(DraftVocabHead, FeatureScaled, nn.Module):
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write config.json + model.safetensors (own weights only) atomically into ``path``."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-        cfg = self.cfg.model_dump(mode="json")
-        cfg["torch_dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        state["fc.weight"] = self.folded_fc_weight()  # fc(x * s) == (W * s) x
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        atomic_replace_dir(tmp, path)
-        return path
+        return save_drafter_files(self, path)
 
     @classmethod
     def load_config(cls, path: str | Path) -> DFlashConfig:
@@ -195,20 +183,8 @@ class DFlashDrafter(DraftVocabHead, FeatureScaled, nn.Module):
         """Load a z-lab-format drafter folder; with ``target``, check the fit and bind it."""
         cfg = cls.load_config(path)
         drafter = cls(cfg)
-        files = sorted(Path(path).glob("*.safetensors"))
-        if not files:
-            raise DrafterError(f"no .safetensors weights in {path}")
-        state: dict[str, torch.Tensor] = {}
-        for f in files:
-            state.update(load_file(str(f)))
-        # Served formats may ship the target's token embeddings pre-scaled (``flashdraft export``
-        # --to vllm/speculators); flashdraft always borrows the target's own embedding module.
-        state.pop("embed_tokens.weight", None)
-        own = drafter.state_dict()
-        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-        if missing or unexpected:
-            raise DrafterError(f"weights in {path} do not match config.json: missing {missing[:8]}, unexpected {unexpected[:8]}")
-        drafter.load_state_dict(state)
+        state = read_drafter_weights(path)
+        load_weights_exactly(drafter, state, path)
         if target is not None:
             drafter.to(device=target.device, dtype=target.dtype).bind(target)
         return drafter

@@ -24,19 +24,17 @@ Files: ``config.json`` (:class:`~flashdraft.models.eagle3.config.Eagle3Config`) 
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from flashdraft.io import atomic_replace_dir
 from flashdraft.models.dflash.layers import attend, rope_cos_sin
 from flashdraft.models.draft_vocab import DraftVocab, DraftVocabHead
-from flashdraft.models.drafter import DrafterError, check_target_fit, register_drafter
+from flashdraft.models.drafter import (
+    DrafterError, check_target_fit, load_weights_exactly, read_drafter_weights, register_drafter, save_drafter_files,
+)
 from flashdraft.models.eagle3.config import Eagle3Config, Eagle3Inner
 from flashdraft.models.eagle3.layers import Eagle3Layer
 from flashdraft.models.feature_scale import FeatureScaled
@@ -157,17 +155,7 @@ class Eagle3Drafter(DraftVocabHead, FeatureScaled, nn.Module):
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write config.json + model.safetensors (own weights, vLLM's names) atomically into ``path``."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-        cfg = self.cfg.model_dump(mode="json")
-        cfg["torch_dtype"] = str(self.fc.weight.dtype).removeprefix("torch.")
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        state["fc.weight"] = self.folded_fc_weight()
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        atomic_replace_dir(tmp, path)
-        return path
+        return save_drafter_files(self, path)
 
     @classmethod
     def load_config(cls, path: str | Path) -> Eagle3Config:
@@ -181,19 +169,9 @@ class Eagle3Drafter(DraftVocabHead, FeatureScaled, nn.Module):
         """Load a drafter folder; with ``target``, check the fit, move to its device and dtype and bind it."""
         cfg = cls.load_config(path)
         drafter = cls(cfg)
-        files = sorted(Path(path).glob("*.safetensors"))
-        if not files:
-            raise DrafterError(f"no .safetensors weights in {path}")
-        state: dict[str, torch.Tensor] = {}
-        for f in files:
-            state.update(load_file(str(f)))
-        state.pop("embed_tokens.weight", None)  # a served copy of the target's table; the module is borrowed
+        state = read_drafter_weights(path)
         state = {k.replace("layers.0.", "midlayer.", 1) if k.startswith("layers.0.") else k: v for k, v in state.items()}
-        own = drafter.state_dict()
-        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-        if missing or unexpected:
-            raise DrafterError(f"weights in {path} do not match config.json: missing {missing[:8]}, unexpected {unexpected[:8]}")
-        drafter.load_state_dict(state)
+        load_weights_exactly(drafter, state, path)
         if target is not None:
             drafter.to(device=target.device, dtype=target.dtype).bind(target)
         return drafter
