@@ -40,3 +40,22 @@ def test_check_target_layer_ids():
 def test_unknown_target_spec_is_a_clear_error(tmp_path):
     with pytest.raises(TargetError, match="neither"):
         load_target(str(tmp_path / "nope"))
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma3", "llama"])
+@pytest.mark.parametrize("rows", [1, 8, 64, 65])
+def test_lm_logits_equal_the_head_module(family, rows):
+    """lm_logits' CPU orientation (weight @ hidden.T for verify-sized batches) computes the head's own logits
+    (softcapped where the config says so), for every row count on either side of the switch."""
+    from flashdraft.models.forward import lm_logits
+
+    target = tiny_target(family)
+    hidden = torch.randn(rows, target.hidden_size)
+    want = target.model.get_output_embeddings()(hidden).float()
+    cap = getattr(target.config, "final_logit_softcapping", None)
+    if cap:
+        want = torch.tanh(want / cap) * cap
+    got = lm_logits(target, hidden)
+    assert got.shape == (rows, target.vocab_size)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))

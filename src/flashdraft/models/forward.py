@@ -145,8 +145,18 @@ def target_forward(
 
 
 def lm_logits(target: Target, hidden: torch.Tensor) -> torch.Tensor:
-    """Target logits (fp32) for final-normed hidden states [m, hidden] -> [m, vocab]."""
-    logits = target.model.get_output_embeddings()(hidden).float()
+    """Target logits (fp32) for final-normed hidden states [m, hidden] -> [m, vocab].
+
+    On a CPU a verify round's few rows go through the head as weight @ hidden.T: CPU BLAS then streams
+    the [vocab, hidden] weight once, where ``hidden @ weight.T`` took 2-3x as long (8 rows through
+    Gemma-3-270M's 262k-row head: 188 -> 92 ms on 2 cores). Same products, summed in another order.
+    """
+    head = target.model.get_output_embeddings()
+    m = hidden.shape[0]
+    if hidden.device.type == "cpu" and 1 < m <= 64 and isinstance(head, torch.nn.Linear) and head.bias is None:
+        logits = (head.weight @ hidden.T).T.float()  # [vocab, m] -> [m, vocab]
+    else:
+        logits = head(hidden).float()
     cap = getattr(target.config, "final_logit_softcapping", None)
     if cap:
         logits = torch.tanh(logits / cap) * cap
