@@ -65,16 +65,18 @@ def export(
 
 
 def import_(
-    source: Optional[Path] = typer.Argument(None, help="Checkpoint folder: z-lab DFlash, vLLM-style, SGLang or "
-                                            "speculators."),
+    source: Optional[Path] = typer.Argument(None, help="Checkpoint folder: DFlash (z-lab, vLLM-style, SGLang, "
+                                            "speculators) or EAGLE-3 (vLLM-style, speculators)."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="flashdraft drafter folder to write."),
-    from_: Optional[str] = typer.Option(None, "--from", help="auto (default), zlab, vllm, sglang or speculators."),
+    from_: Optional[str] = typer.Option(None, "--from", help="auto (default) or a format of the checkpoint's family: "
+                                        "zlab, vllm, sglang, speculators (DFlash); vllm, speculators (EAGLE-3)."),
     target: Optional[str] = typer.Option(None, help="Target to check the fit against (and to fill "
-                                         "num_target_layers when the checkpoint lacks it)."),
-    mask_token_id: Optional[int] = typer.Option(None, help="Mask token id for checkpoints without one."),
+                                         "num_target_layers, EAGLE-3's default layers or LM head when the "
+                                         "checkpoint lacks them)."),
+    mask_token_id: Optional[int] = typer.Option(None, help="Mask token id for DFlash checkpoints without one."),
     config: Optional[Path] = CONFIG, set_: Optional[list[str]] = SET,
 ) -> None:
-    """Convert a published DFlash drafter into flashdraft's format (for bench decode, run, train)."""
+    """Convert a published DFlash or EAGLE-3 drafter into flashdraft's format (for bench decode, run, train)."""
     from flashdraft.export.config import ImportConfig
     from flashdraft.export.importers import import_drafter
     from flashdraft.models.target import load_target

@@ -23,9 +23,11 @@ class ExportConfig(Section):
 class ImportConfig(Section):
     """What ``flashdraft import`` converts: a published checkpoint into a flashdraft drafter folder."""
 
-    source: str = Field(description="checkpoint folder: z-lab DFlash, vLLM-style, SGLang or speculators")
+    source: str = Field(description="checkpoint folder: DFlash (z-lab, vLLM-style, SGLang, speculators) or "
+                        "EAGLE-3 (vLLM-style, speculators)")
     out: str = Field(description="flashdraft drafter folder to write")
-    from_: str = Field("auto", alias="from", description="auto, zlab, vllm, sglang or speculators")
+    from_: str = Field("auto", alias="from", description="auto, or a format of the checkpoint's family: zlab, vllm, "
+                       "sglang, speculators (DFlash); vllm, speculators (EAGLE-3)")
     target: str | None = Field(None, description="target to check the fit against")
     mask_token_id: int | None = Field(None, description="mask token id for checkpoints without one")
 

@@ -1,9 +1,15 @@
-"""``flashdraft import``: published DFlash drafters (z-lab, vLLM-style, speculators) into flashdraft's folder.
+"""``flashdraft import``: published drafters (DFlash: z-lab, vLLM-style, speculators; EAGLE-3: vLLM,
+speculators) into flashdraft's folder.
 
 The result is a plain flashdraft drafter folder (config.json + model.safetensors) that ``bench
 decode``, ``run`` and ``train --init-from`` load. Tensors keep their dtype and bits; a shipped
 embedding table or verifier copies (re-derived from the target at run time) are dropped; layer ids
 are translated to flashdraft's convention (see :mod:`flashdraft.export.conventions`).
+
+Importers are registered per (family, format), as exporters are: :func:`import_drafter` reads the
+family from ``config.json`` (``speculators_model_type``, else ``architectures``) and the format from
+``--from`` or the importer of that family whose :meth:`Importer.detects` the file; a family plugs in
+with :func:`register_importer` (the EAGLE-3 ones live in :mod:`flashdraft.export.eagle3`).
 """
 
 from __future__ import annotations
@@ -11,9 +17,11 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 import torch
+from pydantic import BaseModel
 from safetensors.torch import save_file
 
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
@@ -32,6 +40,43 @@ class ImportError_(ExportError):
     """A checkpoint that cannot become a flashdraft drafter; the message names the field and the fix."""
 
 
+class Importer(ABC):
+    """Reads one (family, format) layout. ``architectures``: the ``config.json`` names of the family
+    (flat layouts); ``speculators_type``: its ``speculators_model_type`` (speculators layouts)."""
+
+    architecture = ""  # family key, as in flashdraft.export.formats.ARCHITECTURES
+    format = ""
+    family_name = ""  # said in messages ("DFlash")
+    config_class: type[BaseModel]
+    architectures: tuple[str, ...] = ()
+    speculators_type = ""
+
+    @abstractmethod
+    def detects(self, raw: dict) -> bool:
+        """Whether ``--from auto`` picks this importer for the family's ``config.json`` ``raw``."""
+
+    @abstractmethod
+    def config(self, raw: dict, target: Target | None, mask_token_id: int | None, notes: list[str]) -> dict:
+        """``raw`` -> flashdraft's config dict (``torch_dtype`` may stay in it)."""
+
+    @abstractmethod
+    def weights(self, tensors: dict[str, torch.Tensor], cfg: BaseModel, target: Target | None,
+                notes: list[str]) -> dict[str, torch.Tensor]:
+        """The checkpoint's tensors -> the drafter's state under flashdraft's names."""
+
+
+IMPORTERS: dict[tuple[str, str], Importer] = {}
+
+
+def register_importer(cls: type[Importer]) -> type[Importer]:
+    IMPORTERS[(cls.architecture, cls.format)] = cls()
+    return cls
+
+
+def _builtin_importers() -> None:
+    from flashdraft.export import eagle3  # noqa: F401  (registers the EAGLE-3 importers)
+
+
 def _read(src: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     p = src / "config.json"
     if not p.is_file():
@@ -39,15 +84,39 @@ def _read(src: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     return json.loads(p.read_text()), load_tensors(src, ImportError_)
 
 
-def detect_format(cfg: dict) -> str:
-    if "speculators_model_type" in cfg:
-        return "speculators"
-    if "eagle_aux_hidden_state_layer_ids" in cfg:
-        return "vllm"
-    return "zlab"
+def detect_family(raw: dict) -> str:
+    """The family key of ``config.json`` ``raw``: from ``speculators_model_type``, else ``architectures[0]``."""
+    _builtin_importers()
+    if "speculators_model_type" in raw:
+        kind = raw["speculators_model_type"]
+        known = {i.speculators_type: i.architecture for i in IMPORTERS.values() if i.speculators_type}
+        if kind not in known:
+            raise ImportError_(f"speculators_model_type {kind!r}: only {sorted(known)} import")
+        return known[kind]
+    archs = raw.get("architectures") or []
+    known = {a: i.architecture for i in IMPORTERS.values() for a in i.architectures}
+    if not archs or archs[0] not in known:
+        raise ImportError_(f"config.json architectures {archs} name no drafter family flashdraft imports; "
+                           f"known: {sorted(known)} (set architectures to the family the checkpoint holds)")
+    return known[archs[0]]
 
 
-def _rope_theta(cfg: dict) -> None:
+def pick_importer(raw: dict, fmt: str = "auto") -> Importer:
+    """The importer for ``raw``'s family and ``fmt`` (``auto``: the one that detects the file)."""
+    family = detect_family(raw)
+    mine = {f: i for (a, f), i in IMPORTERS.items() if a == family}
+    if fmt == "auto":
+        found = [i for i in mine.values() if i.detects(raw)]
+        if len(found) != 1:
+            raise ImportError_(f"cannot tell the format of this {family} checkpoint; pass --from, one of {sorted(mine)}")
+        return found[0]
+    if fmt not in mine:
+        raise ImportError_(f"unknown format {fmt!r} for a {family} checkpoint; use auto or one of {sorted(mine)}")
+    return mine[fmt]
+
+
+def rope_theta(cfg: dict) -> None:
+    """Fold ``rope_parameters`` into ``rope_theta``; refuse RoPE scaling (flashdraft runs default RoPE)."""
     rp = cfg.pop("rope_parameters", None)
     if isinstance(rp, dict):
         if rp.get("rope_type", "default") != "default":
@@ -76,7 +145,7 @@ def zlab_config(cfg: dict, target: Target | None, mask_token_id: int | None) -> 
         inner["target_layer_ids"] = default_target_layer_ids(cfg["num_target_layers"], cfg["num_hidden_layers"])
     cfg["dflash_config"] = inner
     cfg.setdefault("target_hidden_size", cfg.get("hidden_size"))
-    _rope_theta(cfg)
+    rope_theta(cfg)
     return cfg
 
 
@@ -91,8 +160,6 @@ def _check_vllm_ids(raw: dict) -> None:
 
 def speculators_config(raw: dict) -> dict:
     """A speculators DFlash config.json -> flashdraft's config dict."""
-    if raw.get("speculators_model_type") != "dflash":
-        raise ImportError_(f"speculators_model_type {raw.get('speculators_model_type')!r}: only 'dflash' imports")
     if raw.get("sample_from_anchor"):
         raise ImportError_("sample_from_anchor is true: block slot 0 is drafted, flashdraft's slot 0 is the known "
                            "anchor; such a drafter cannot be run as a DFlash block drafter here")
@@ -120,50 +187,92 @@ def speculators_config(raw: dict) -> dict:
     cfg["target_hidden_size"] = raw.get("target_hidden_size") or layer.get("hidden_size")
     if "torch_dtype" in raw:
         cfg["torch_dtype"] = raw["torch_dtype"]
-    _rope_theta(cfg)
+    rope_theta(cfg)
     return cfg
 
 
-def _weights(tensors: dict[str, torch.Tensor], cfg: DFlashConfig, notes: list[str]) -> dict[str, torch.Tensor]:
-    out = {}
-    for k, v in tensors.items():
-        k = k.removeprefix("model.")
-        if k in DERIVED:
-            notes.append(f"dropped {k} (flashdraft borrows the target's embedding / head)")
-            continue
-        if k == "lm_head.weight" and cfg.draft_vocab_size is None:
-            notes.append("dropped a full-vocabulary lm_head.weight (flashdraft borrows the target's LM head)")
-            continue
-        out[k] = v.contiguous()
-    if cfg.draft_vocab_size is not None and "t2d" not in out and "d2t" in out:
-        ids = out["d2t"].long() + torch.arange(out["d2t"].numel())
-        t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
-        t2d[ids] = True
-        out["t2d"] = t2d
-    return out
+class DFlashImporter(Importer):
+    architecture = "dflash"
+    family_name = "DFlash"
+    config_class = DFlashConfig
+    architectures = ("DFlashDraftModel",)
+    speculators_type = "dflash"
+
+    def weights(self, tensors, cfg, target, notes):
+        out = {}
+        for k, v in tensors.items():
+            k = k.removeprefix("model.")
+            if k in DERIVED:
+                notes.append(f"dropped {k} (flashdraft borrows the target's embedding / head)")
+                continue
+            if k == "lm_head.weight" and cfg.draft_vocab_size is None:
+                notes.append("dropped a full-vocabulary lm_head.weight (flashdraft borrows the target's LM head)")
+                continue
+            out[k] = v.contiguous()
+        if cfg.draft_vocab_size is not None and "t2d" not in out and "d2t" in out:
+            ids = out["d2t"].long() + torch.arange(out["d2t"].numel())
+            t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+            t2d[ids] = True
+            out["t2d"] = t2d
+        return out
+
+
+@register_importer
+class ZLabImporter(DFlashImporter):
+    format = "zlab"
+
+    def detects(self, raw):
+        return "speculators_model_type" not in raw and "eagle_aux_hidden_state_layer_ids" not in raw
+
+    def config(self, raw, target, mask_token_id, notes):
+        _check_vllm_ids(raw)
+        return zlab_config(raw, target, mask_token_id)
+
+
+@register_importer
+class SGLangImporter(ZLabImporter):
+    format = "sglang"  # z-lab files (SGLang reads the z-lab ids)
+
+    def detects(self, raw):
+        return False
+
+
+@register_importer
+class VLLMImporter(ZLabImporter):
+    format = "vllm"
+
+    def detects(self, raw):
+        return "speculators_model_type" not in raw and "eagle_aux_hidden_state_layer_ids" in raw
+
+
+@register_importer
+class SpeculatorsImporter(DFlashImporter):
+    format = "speculators"
+
+    def detects(self, raw):
+        return "speculators_model_type" in raw
+
+    def config(self, raw, target, mask_token_id, notes):
+        return speculators_config(raw)
 
 
 def import_drafter(src: str | Path, out: str | Path, fmt: str = "auto", target: Target | None = None,
                    mask_token_id: int | None = None) -> tuple[Path, str, list[str]]:
-    """Convert the checkpoint folder ``src`` (``fmt``: auto, zlab, vllm, sglang, speculators) into a
-    flashdraft drafter folder ``out``; with ``target``, the fit is checked. Returns (out, format, notes)."""
+    """Convert the checkpoint folder ``src`` (``fmt``: auto, or a format registered for its family: zlab,
+    vllm, sglang, speculators for DFlash; vllm, speculators for EAGLE-3) into a flashdraft drafter folder
+    ``out``; with ``target``, the fit is checked. Returns (out, format, notes)."""
     src, out = Path(src), Path(out)
     raw, tensors = _read(src)
-    fmt = detect_format(raw) if fmt == "auto" else fmt
-    if fmt in ("zlab", "vllm", "sglang"):
-        _check_vllm_ids(raw)
-        d = zlab_config(raw, target, mask_token_id)
-    elif fmt == "speculators":
-        d = speculators_config(raw)
-    else:
-        raise ImportError_(f"unknown format {fmt!r}; use auto, zlab, vllm, sglang or speculators")
+    importer = pick_importer(raw, fmt)
+    notes: list[str] = []
+    d = importer.config(raw, target, mask_token_id, notes)
     dtype = d.pop("torch_dtype", None)
     try:
-        cfg = DFlashConfig.model_validate(d)
+        cfg = importer.config_class.model_validate(d)
     except ValueError as e:
-        raise ImportError_(f"{src}/config.json does not describe a DFlash drafter flashdraft runs: {e}") from None
-    notes: list[str] = []
-    state = _weights(tensors, cfg, notes)
+        raise ImportError_(f"{src}/config.json does not describe a {importer.family_name} drafter flashdraft "
+                           f"runs: {e}") from None
+    state = importer.weights(tensors, cfg, target, notes)
     dump = cfg.model_dump(mode="json")
     if dtype is not None:
         dump["torch_dtype"] = dtype
@@ -183,4 +292,4 @@ def import_drafter(src: str | Path, out: str | Path, fmt: str = "auto", target: 
         shutil.rmtree(tmp, ignore_errors=True)
     if (src / MANIFEST).is_file():
         notes.append(f"source was written by flashdraft export ({MANIFEST})")
-    return out, fmt, notes
+    return out, importer.format, notes
