@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 import torch
+from torch import nn
 
 from flashdraft.errors import FlashdraftError
 
@@ -152,6 +153,75 @@ def load_weights_exactly(drafter, state: dict[str, torch.Tensor], path: str | Pa
     if missing or unexpected:
         raise DrafterError(f"weights in {path} do not match config.json: missing {missing[:8]}, unexpected {unexpected[:8]}")
     drafter.load_state_dict(state)
+
+
+class DrafterFamily:
+    """What the drafter families (nn.Modules that borrow parts of their target and keep them out of their
+    files) share: initialisation, binding, the folder's files. A family sets ``norm_class`` (its RMSNorm),
+    ``config_class`` (its ``config.json`` model), ``folder_kind`` (said when config.json is missing) and
+    ``unbound_reason`` (what it borrows, said when it runs unbound), keeps ``self.cfg`` and ``self._target``
+    and defines ``check_fits`` and ``reset``; :meth:`file_state_names` maps the tensor names a file may
+    carry to the family's own."""
+
+    norm_class: type
+    config_class: type
+    folder_kind = "a drafter folder"
+    unbound_reason = "it borrows parts of the target, which are never saved"
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        """Linear weights ~ N(0, std), biases 0, RMSNorm weights 1."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, self.norm_class):
+                nn.init.ones_(m.weight)
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        return self.cfg.target_layer_ids
+
+    def bind(self, target: "Target"):
+        """Borrow what the family borrows from ``target`` (after checking that the drafter fits it)."""
+        self.check_fits(target)
+        self._target = target
+        self.reset()
+        return self
+
+    @property
+    def target(self) -> "Target":
+        if self._target is None:
+            raise DrafterError(
+                f"drafter is not bound to a target: {self.unbound_reason}; load it with "
+                f"{type(self).__name__}.from_pretrained(path, target) or call .bind(target)"
+            )
+        return self._target
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """Write config.json + model.safetensors (own weights, the family's names) atomically into ``path``."""
+        return save_drafter_files(self, path)
+
+    @classmethod
+    def load_config(cls, path: str | Path):
+        p = Path(path) / "config.json"
+        if not p.is_file():
+            raise DrafterError(f"{p} not found; {cls.folder_kind} holds config.json and model.safetensors")
+        return cls.config_class.model_validate_json(p.read_text())
+
+    @classmethod
+    def file_state_names(cls, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The tensors of a folder under the family's state-dict names (default: as stored)."""
+        return state
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, target: "Target | None" = None):
+        """Load a drafter folder; with ``target``, check the fit, move to its device and dtype and bind it."""
+        drafter = cls(cls.load_config(path))
+        load_weights_exactly(drafter, cls.file_state_names(read_drafter_weights(path)), path)
+        if target is not None:
+            drafter.to(device=target.device, dtype=target.dtype).bind(target)
+        return drafter
 
 
 def register_drafter(architecture: str) -> Callable[[type], type]:

@@ -24,8 +24,6 @@ with ``layers.N.*``, ``fc.weight``, ``hidden_norm.weight``, ``norm.weight``.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -35,17 +33,20 @@ from flashdraft.models.dflash.config import DFlashConfig, DFlashInner
 from flashdraft.models.dflash.layers import DFlashLayer, rope_cos_sin, rope_tables
 from flashdraft.models.dflash.masks import flex_training_mask, training_mask
 from flashdraft.models.draft_vocab import DraftVocab, DraftVocabHead
-from flashdraft.models.drafter import (
-    DrafterError, check_target_fit, load_weights_exactly, read_drafter_weights, register_drafter, save_drafter_files,
-)
+from flashdraft.models.drafter import DrafterError, DrafterFamily, check_target_fit, register_drafter
 from flashdraft.models.feature_scale import FeatureScaled
 from flashdraft.models.target import Target, check_target_layer_ids
 
 
 @register_drafter("DFlashDraftModel")
-class DFlashDrafter(DraftVocabHead, FeatureScaled, nn.Module):
+class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
     """DFlash drafter (a :class:`~flashdraft.models.drafter.Drafter`): :meth:`propose` is the inference
     step of the chain and tree decoders, :meth:`train_hidden` the training forward over many blocks."""
+
+    norm_class = Qwen3RMSNorm
+    config_class = DFlashConfig
+    folder_kind = "a DFlash drafter folder"
+    unbound_reason = "its embedding and LM head are borrowed from the target and never saved"
 
     def __init__(self, cfg: DFlashConfig):
         super().__init__()
@@ -66,15 +67,6 @@ class DFlashDrafter(DraftVocabHead, FeatureScaled, nn.Module):
 
     # ---- construction, binding, files -------------------------------------------------------
 
-    def reset_parameters(self, std: float = 0.02) -> None:
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, std=std)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, Qwen3RMSNorm):
-                nn.init.ones_(m.weight)
-
     @property
     def block_size(self) -> int:
         return self.cfg.block_size
@@ -87,10 +79,6 @@ class DFlashDrafter(DraftVocabHead, FeatureScaled, nn.Module):
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Context vectors of target features [..., K * H] -> [..., d]: hidden_norm(fc(features * feature_scale))."""
         return self.hidden_norm(self.fc(self.scale_features(features)))
-
-    @property
-    def target_layer_ids(self) -> list[int]:
-        return self.cfg.target_layer_ids
 
     @property
     def mask_token_id(self) -> int:
@@ -150,44 +138,6 @@ class DFlashDrafter(DraftVocabHead, FeatureScaled, nn.Module):
                 f"drafter mask_token_id {c.mask_token_id} is not a row of {who}'s embedding (vocabulary "
                 f"{target.vocab_size}); set dflash_config.mask_token_id to a token that exists in the target"
             )
-
-    def bind(self, target: Target) -> "DFlashDrafter":
-        """Borrow ``target``'s embedding and LM head (after checking that the drafter fits it)."""
-        self.check_fits(target)
-        self._target = target
-        self.reset()
-        return self
-
-    @property
-    def target(self) -> Target:
-        if self._target is None:
-            raise DrafterError(
-                "drafter is not bound to a target: its embedding and LM head are borrowed from the target and "
-                "never saved; load it with DFlashDrafter.from_pretrained(path, target) or call .bind(target)"
-            )
-        return self._target
-
-    def save_pretrained(self, path: str | Path) -> Path:
-        """Write config.json + model.safetensors (own weights only) atomically into ``path``."""
-        return save_drafter_files(self, path)
-
-    @classmethod
-    def load_config(cls, path: str | Path) -> DFlashConfig:
-        p = Path(path) / "config.json"
-        if not p.is_file():
-            raise DrafterError(f"{p} not found; a DFlash drafter folder holds config.json and model.safetensors")
-        return DFlashConfig.model_validate_json(p.read_text())
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, target: Target | None = None) -> "DFlashDrafter":
-        """Load a z-lab-format drafter folder; with ``target``, check the fit and bind it."""
-        cfg = cls.load_config(path)
-        drafter = cls(cfg)
-        state = read_drafter_weights(path)
-        load_weights_exactly(drafter, state, path)
-        if target is not None:
-            drafter.to(device=target.device, dtype=target.dtype).bind(target)
-        return drafter
 
     # ---- inference -------------------------------------------------------------------------
 

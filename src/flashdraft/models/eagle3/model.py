@@ -24,17 +24,13 @@ Files: ``config.json`` (:class:`~flashdraft.models.eagle3.config.Eagle3Config`) 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from flashdraft.models.dflash.layers import attend, rope_cos_sin
 from flashdraft.models.draft_vocab import DraftVocab, DraftVocabHead
-from flashdraft.models.drafter import (
-    DrafterError, check_target_fit, load_weights_exactly, read_drafter_weights, register_drafter, save_drafter_files,
-)
+from flashdraft.models.drafter import DrafterError, DrafterFamily, check_target_fit, register_drafter
 from flashdraft.models.eagle3.config import Eagle3Config, Eagle3Inner
 from flashdraft.models.eagle3.layers import Eagle3Layer
 from flashdraft.models.feature_scale import FeatureScaled
@@ -52,10 +48,15 @@ def eagle_layer_ids(num_target_layers: int) -> list[int]:
 
 
 @register_drafter("LlamaForCausalLMEagle3")
-class Eagle3Drafter(DraftVocabHead, FeatureScaled, nn.Module):
+class Eagle3Drafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
     """EAGLE-3 drafter (a :class:`~flashdraft.models.drafter.Drafter` that drafts step by step):
     :meth:`propose` is the chain, :meth:`propose_tree` EAGLE's dynamic tree, :meth:`ttt_hidden` the
     unrolled training forward (:mod:`flashdraft.models.eagle3.ttt`)."""
+
+    norm_class = LlamaRMSNorm
+    config_class = Eagle3Config
+    folder_kind = "an EAGLE-3 drafter folder"
+    unbound_reason = "its token embedding is the target's and never saved"
 
     stepwise = True  # drafts one token per forward, so decoders may ask for any depth or a dynamic tree
     decode_methods = ("eagle3", "eagle3_tree")  # the chain and tree decoders bench decode runs it with
@@ -75,19 +76,6 @@ class Eagle3Drafter(DraftVocabHead, FeatureScaled, nn.Module):
         self.reset_parameters()
 
     # ---- construction, binding, files -------------------------------------------------------
-
-    def reset_parameters(self, std: float = 0.02) -> None:
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, std=std)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, LlamaRMSNorm):
-                nn.init.ones_(m.weight)
-
-    @property
-    def target_layer_ids(self) -> list[int]:
-        return self.cfg.target_layer_ids
 
     @property
     def max_depth(self) -> int:
@@ -137,44 +125,10 @@ class Eagle3Drafter(DraftVocabHead, FeatureScaled, nn.Module):
         """Refuse a target whose width, vocabulary or depth do not match this drafter."""
         check_target_fit(self.cfg, target, borrows="embedding")
 
-    def bind(self, target: Target) -> "Eagle3Drafter":
-        """Borrow ``target``'s embedding module (after checking that the drafter fits it)."""
-        self.check_fits(target)
-        self._target = target
-        self.reset()
-        return self
-
-    @property
-    def target(self) -> Target:
-        if self._target is None:
-            raise DrafterError(
-                "drafter is not bound to a target: its token embedding is the target's and never saved; load it "
-                "with Eagle3Drafter.from_pretrained(path, target) or call .bind(target)"
-            )
-        return self._target
-
-    def save_pretrained(self, path: str | Path) -> Path:
-        """Write config.json + model.safetensors (own weights, vLLM's names) atomically into ``path``."""
-        return save_drafter_files(self, path)
-
     @classmethod
-    def load_config(cls, path: str | Path) -> Eagle3Config:
-        p = Path(path) / "config.json"
-        if not p.is_file():
-            raise DrafterError(f"{p} not found; an EAGLE-3 drafter folder holds config.json and model.safetensors")
-        return Eagle3Config.model_validate_json(p.read_text())
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, target: Target | None = None) -> "Eagle3Drafter":
-        """Load a drafter folder; with ``target``, check the fit, move to its device and dtype and bind it."""
-        cfg = cls.load_config(path)
-        drafter = cls(cfg)
-        state = read_drafter_weights(path)
-        state = {k.replace("layers.0.", "midlayer.", 1) if k.startswith("layers.0.") else k: v for k, v in state.items()}
-        load_weights_exactly(drafter, state, path)
-        if target is not None:
-            drafter.to(device=target.device, dtype=target.dtype).bind(target)
-        return drafter
+    def file_state_names(cls, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """vLLM's own name for the decoder layer (``layers.0.``) -> ``midlayer.``."""
+        return {k.replace("layers.0.", "midlayer.", 1) if k.startswith("layers.0.") else k: v for k, v in state.items()}
 
     # ---- the pieces every path shares --------------------------------------------------------
 
