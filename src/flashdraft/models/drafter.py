@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol, runtime_checkable
 
 import torch
+from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from flashdraft.errors import FlashdraftError
@@ -79,6 +80,44 @@ def is_stepwise(drafter) -> bool:
 
 # architectures name (config.json) -> family class with from_pretrained(path, target)
 DRAFTERS: dict[str, type] = {}
+
+
+class DrafterConfig(BaseModel):
+    """The ``config.json`` fields every drafter family shares: the decoder-layer shape (Llama / Qwen3 field
+    names) and what :func:`check_target_fit` compares with the target. A family's config adds its own fields
+    (architectures, layer count, RoPE base, draft vocabulary, layer ids) and calls :meth:`check_layer_shape`
+    from its validator. Unknown fields are kept on save."""
+
+    model_config = ConfigDict(extra="allow")
+    family_name: ClassVar[str] = "flashdraft"  # said in messages ("DFlash drafters use silu")
+
+    architectures: list[str]  # the family's registry name first (see register_drafter)
+    model_type: str
+    num_target_layers: int
+    target_hidden_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    hidden_act: str = "silu"
+    rms_norm_eps: float = 1e-6
+    rope_scaling: None = None
+    max_position_embeddings: int = 32768
+    attention_bias: bool = False
+    vocab_size: int
+    tie_word_embeddings: bool = False
+
+    def check_layer_shape(self) -> None:
+        """Refuse an activation other than silu, heads that do not group into the KV heads, and a
+        ``draft_vocab_size`` (when set) outside 1..vocab_size."""
+        if self.hidden_act != "silu":
+            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported; {self.family_name} drafters use silu")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        dv = getattr(self, "draft_vocab_size", None)
+        if dv is not None and not 0 < dv <= self.vocab_size:
+            raise ValueError(f"draft_vocab_size {dv} must be in 1..vocab_size {self.vocab_size}")
 
 
 def check_target_fit(cfg, target: "Target", borrows: str) -> None:
