@@ -22,6 +22,7 @@ so a 262k vocabulary never materialises for all rows at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -194,6 +195,18 @@ def _chunk_loss(head, h, labels, teacher_h, kind: str, rows=None):
         ref = t_logp.argmax(-1)
         logq = logp.detach().gather(1, ref[:, None])[:, 0]
     return per_row, logq, logits.argmax(-1) == ref
+
+
+def chunked_rows(fn: Callable[..., tuple], n_rows: int, chunk: int, checkpointed: bool,
+                 args: Callable[[slice], tuple]) -> list[tuple]:
+    """``fn(*args(rows))`` for each ``chunk`` rows of ``n_rows`` in order, under activation checkpointing when
+    ``checkpointed`` and grad is on (the chunk's logits are then recomputed in backward instead of kept)
+    -> the chunks' output tuples."""
+    outs = []
+    for s in range(0, n_rows, chunk):
+        a = args(slice(s, s + chunk))
+        outs.append(checkpoint(fn, *a, use_reentrant=False) if torch.is_grad_enabled() and checkpointed else fn(*a))
+    return outs
 
 
 def dpace_weights(q: torch.Tensor, supervised: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -435,17 +448,9 @@ class DFlashObjective(BlockMetrics):
             labels = torch.searchsorted(vocab_rows, labels)  # ids inside the sampled vocabulary
         elif self.draft_vocab:
             labels = d.t2d_index()[labels]  # [m] draft ids (every selected label is in the draft vocabulary)
-        per_row, logq, hits = [], [], []
-        for s in range(0, rows.shape[0], self.chunk):
-            e = s + self.chunk
-            args = (head, rows[s:e], labels[s:e], None if teacher is None else teacher[s:e], self.loss_kind, vocab_rows)
-            if torch.is_grad_enabled() and self.checkpoint_lm_head:
-                out = checkpoint(_chunk_loss, *args, use_reentrant=False)
-            else:
-                out = _chunk_loss(*args)
-            per_row.append(out[0])
-            logq.append(out[1])
-            hits.append(out[2])
+        outs = chunked_rows(_chunk_loss, rows.shape[0], self.chunk, self.checkpoint_lm_head, lambda c: (
+            head, rows[c], labels[c], None if teacher is None else teacher[c], self.loss_kind, vocab_rows))
+        per_row, logq, hits = ([o[i] for o in outs] for i in range(3))
         correct = torch.zeros_like(sel)
         if per_row:
             per_row_t = torch.cat(per_row)  # [m]

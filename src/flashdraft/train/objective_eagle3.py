@@ -27,14 +27,12 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from flashdraft.models.drafter import DrafterError, drafter_class
 from flashdraft.models.forward import target_pass
 from flashdraft.models.target import Target
 from flashdraft.train.objective import (
-    Batch, BlockMetrics, Blocks, LMHead, StepOutput, TrainError, block_targets, init_norm_from_target,
+    Batch, BlockMetrics, Blocks, LMHead, StepOutput, TrainError, block_targets, chunked_rows, init_norm_from_target,
 )
 from flashdraft.train.objectives import register_objective
 
@@ -165,17 +163,9 @@ class Eagle3Objective(BlockMetrics):
         keep = (torch.cat(keep_u) if keep_u else small.new_zeros(0, dtype=torch.bool))[inverse] if self.full_vocab_argmax \
             else torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
         small = small[inverse]  # [m, Vd]
-        t_small = list(small.split(self.chunk))
-        per_row, d_arg, t_arg = [], [], []
-        for i, s in enumerate(range(0, rows.shape[0], self.chunk)):
-            args = (d.lm_head, d.norm, rows[s : s + self.chunk], t_small[i])
-            if torch.is_grad_enabled() and self.checkpoint_lm_head:
-                r = checkpoint(_soft_ce_chunk, *args, use_reentrant=False)
-            else:
-                r = _soft_ce_chunk(*args)
-            per_row.append(r[0])
-            d_arg.append(r[1])
-            t_arg.append(r[2])
+        outs = chunked_rows(_soft_ce_chunk, rows.shape[0], self.chunk, self.checkpoint_lm_head,
+                            lambda c: (d.lm_head, d.norm, rows[c], small[c]))
+        per_row, d_arg, t_arg = ([o[i] for o in outs] for i in range(3))
         correct = torch.zeros_like(sel)
         if per_row:
             kept = keep  # [m] bool
