@@ -159,3 +159,22 @@ def test_mismatched_layer_fields_and_targets_are_refused(tmp_path):
         load_drafter(tmp_path / "e", tiny_target("qwen3", num_hidden_layers=8))
     with pytest.raises(DrafterError, match="hidden_size"):
         load_drafter(tmp_path / "e", tiny_target("qwen3", hidden_size=64, num_attention_heads=8))
+
+
+def test_vllm_layer_names_load_and_an_unbound_drafter_says_how_to_bind(tmp_path):
+    """A folder whose decoder layer is stored under vLLM's own name (``layers.0.``) loads as the same drafter;
+    an unbound drafter refuses to embed, naming its own from_pretrained."""
+    from safetensors.torch import load_file, save_file
+
+    target = tiny_target("qwen3")
+    d = Eagle3Drafter.for_target(target, seed=3)
+    folder = d.save_pretrained(tmp_path / "e")
+    w = load_file(str(folder / "model.safetensors"))
+    save_file({k.replace("midlayer.", "layers.0.", 1): v for k, v in w.items()}, str(folder / "model.safetensors"))
+    e = load_drafter(folder, target)
+    assert not any(k.startswith("layers.") for k in e.state_dict())
+    assert all(torch.equal(e.state_dict()[k], v) for k, v in w.items())
+    with pytest.raises(DrafterError, match=r"token embedding is the target's .* Eagle3Drafter\.from_pretrained"):
+        Eagle3Drafter.from_pretrained(folder).embed(torch.tensor([1]))
+    with pytest.raises(DrafterError, match="an EAGLE-3 drafter folder holds config.json"):
+        Eagle3Drafter.from_pretrained(tmp_path / "nowhere")
