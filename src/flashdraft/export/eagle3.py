@@ -273,7 +273,6 @@ def _vocab_state(t: dict[str, torch.Tensor], cfg: Eagle3Config, target: Target |
 
 class Eagle3Importer(Importer):
     architecture = "eagle3"
-    family_name = "EAGLE-3"
     config_class = Eagle3Config
     architectures = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
     speculators_type = "eagle3"

@@ -21,14 +21,13 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel
 from safetensors.torch import save_file
 
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
 from flashdraft.export.formats import MANIFEST, ExportError, load_tensors
 from flashdraft.io import atomic_replace_dir
 from flashdraft.models.dflash import DFlashConfig
-from flashdraft.models.drafter import load_drafter
+from flashdraft.models.drafter import DrafterConfig, load_drafter
 from flashdraft.models.target import Target, default_target_layer_ids
 
 # Weights a served checkpoint may carry that flashdraft re-derives from the target.
@@ -46,8 +45,7 @@ class Importer(ABC):
 
     architecture = ""  # family key, as in flashdraft.export.formats.ARCHITECTURES
     format = ""
-    family_name = ""  # said in messages ("DFlash")
-    config_class: type[BaseModel]
+    config_class: type[DrafterConfig]  # the family's config.json model (its family_name is said in messages)
     architectures: tuple[str, ...] = ()
     speculators_type = ""
 
@@ -60,7 +58,7 @@ class Importer(ABC):
         """``raw`` -> flashdraft's config dict (``torch_dtype`` may stay in it)."""
 
     @abstractmethod
-    def weights(self, tensors: dict[str, torch.Tensor], cfg: BaseModel, target: Target | None,
+    def weights(self, tensors: dict[str, torch.Tensor], cfg: DrafterConfig, target: Target | None,
                 notes: list[str]) -> dict[str, torch.Tensor]:
         """The checkpoint's tensors -> the drafter's state under flashdraft's names."""
 
@@ -193,7 +191,6 @@ def speculators_config(raw: dict) -> dict:
 
 class DFlashImporter(Importer):
     architecture = "dflash"
-    family_name = "DFlash"
     config_class = DFlashConfig
     architectures = ("DFlashDraftModel",)
     speculators_type = "dflash"
@@ -270,8 +267,8 @@ def import_drafter(src: str | Path, out: str | Path, fmt: str = "auto", target: 
     try:
         cfg = importer.config_class.model_validate(d)
     except ValueError as e:
-        raise ImportError_(f"{src}/config.json does not describe a {importer.family_name} drafter flashdraft "
-                           f"runs: {e}") from None
+        family = importer.config_class.family_name
+        raise ImportError_(f"{src}/config.json does not describe a {family} drafter flashdraft runs: {e}") from None
     state = importer.weights(tensors, cfg, target, notes)
     dump = cfg.model_dump(mode="json")
     if dtype is not None:
