@@ -15,6 +15,7 @@ from flashdraft.train import checkpoint as ckpt_mod
 from flashdraft.train.checkpoint import latest_checkpoint, list_checkpoints
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.loop import Trainer
+from flashdraft.train.objective import TrainError
 from tests.tiny import MASK_ID, hf_greedy, random_prompts, tiny_target
 
 
@@ -127,3 +128,20 @@ def test_bf16_autocast_only_where_the_hardware_has_bf16(tmp_path, data, monkeypa
     fast = Trainer(make_cfg(tmp_path / "fast", data, bf16=True), target=tiny_target("qwen3"))
     assert fast.bf16 is True
     assert Trainer(make_cfg(tmp_path / "off", data, bf16=False), target=tiny_target("qwen3")).bf16 is False
+
+
+def test_train_sequences_subsets_the_training_side_only(tmp_path):
+    """train_sequences draws that many training sequences (seeded) and leaves the held-out set as it was;
+    more than the data holds is a clear error."""
+    data = write_data(tmp_path / "many.jsonl", n=12, short=0)
+    target = tiny_target("qwen3")
+    full = Trainer(make_cfg(tmp_path, data, holdout=0.25, out_dir=str(tmp_path / "a")), target=target)
+    sub = Trainer(make_cfg(tmp_path, data, holdout=0.25, train_sequences=4, out_dir=str(tmp_path / "b")), target=target)
+    again = Trainer(make_cfg(tmp_path, data, holdout=0.25, train_sequences=4, out_dir=str(tmp_path / "c")), target=target)
+    ids = lambda exs: [tuple(e.token_ids) for e in exs]  # noqa: E731
+    assert len(full.examples) == 9 and len(sub.examples) == 4
+    assert set(ids(sub.examples)) < set(ids(full.examples))
+    assert ids(sub.heldout) == ids(full.heldout) and not set(ids(sub.heldout)) & set(ids(sub.examples))
+    assert ids(again.examples) == ids(sub.examples)
+    with pytest.raises(TrainError, match="train_sequences 10 is more than the 9 training sequences"):
+        Trainer(make_cfg(tmp_path, data, holdout=0.25, train_sequences=10, out_dir=str(tmp_path / "d")), target=target)

@@ -144,6 +144,14 @@ class Trainer:
             hold = set(perm[:n_hold].tolist())
             self.heldout = [examples[i] for i in sorted(hold)][: cfg.holdout_max]
             examples = [e for i, e in enumerate(examples) if i not in hold]
+        if cfg.train_sequences is not None:
+            if cfg.train_sequences > len(examples):
+                raise TrainError(
+                    f"train_sequences {cfg.train_sequences} is more than the {len(examples)} training sequences the data "
+                    "holds after the hold-out; lower it or generate more data"
+                )
+            keep = np.random.default_rng([cfg.seed, 11]).permutation(len(examples))[: cfg.train_sequences]
+            examples = [examples[i] for i in sorted(keep.tolist())]
         self.examples = examples
         self.stream = DataStream(examples, cfg.batch_size, cfg.seed, cfg.pack, cfg.max_len)
         per_step = cfg.batch_size * cfg.grad_accum
