@@ -29,7 +29,8 @@ import torch
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
 from flashdraft.export.formats import (ARCHITECTURES, Exported, Exporter, ExportError, Source, register_exporter,
                                        shipped_embedding)
-from flashdraft.export.importers import DERIVED, Importer, ImportError_, register_importer, rope_theta
+from flashdraft.export.importers import (DERIVED, Importer, ImportError_, draft_target_ids, register_importer, rope_theta,
+                                         t2d_from_d2t)
 from flashdraft.export.quirks import served_embedding_table
 from flashdraft.models.eagle3 import Eagle3Config, Eagle3Drafter
 from flashdraft.models.target import Target
@@ -258,12 +259,11 @@ def _vocab_state(t: dict[str, torch.Tensor], cfg: Eagle3Config, target: Target |
     d2t = d2t.long().flatten()
     if d2t.numel() != Vd:
         raise ImportError_(f"d2t has {d2t.numel()} entries but draft_vocab_size is {Vd}; they must be equal")
-    ids = torch.arange(Vd) + d2t  # [Vd] draft id -> target id
+    ids = draft_target_ids(d2t)  # [Vd] draft id -> target id
     if int(ids.min()) < 0 or int(ids.max()) >= V or ids.unique().numel() != Vd:
         raise ImportError_(f"d2t maps draft ids outside the target ids 0..{V - 1} or two draft ids to one target id "
                            "(target id = draft id + d2t[draft id] must be distinct); rebuild d2t")
-    t2d = torch.zeros(V, dtype=torch.bool)  # [V]
-    t2d[ids] = True
+    t2d = t2d_from_d2t(d2t, V)  # [V]
     shipped = t.get("t2d")
     if shipped is not None and not torch.equal(shipped.bool().flatten(), t2d):
         raise ImportError_("t2d does not mark exactly the target ids d2t maps to; delete t2d (it is rebuilt from d2t) "
@@ -278,9 +278,9 @@ class Eagle3Importer(Importer):
     speculators_type = "eagle3"
 
     def weights(self, tensors, cfg, target, notes):
+        tensors = {k.removeprefix("model."): v for k, v in tensors.items()}
         out = {}
         for k, v in tensors.items():
-            k = k.removeprefix("model.")
             k = "midlayer." + k.removeprefix("layers.0.") if k.startswith("layers.0.") else k  # vLLM's own name
             if k == "embed_tokens.weight":
                 _check_shipped_table(v, target, notes)
@@ -288,7 +288,7 @@ class Eagle3Importer(Importer):
                 notes.append(f"dropped {k} (a copy of the verifier's; flashdraft runs the target's own)")
             elif k not in ("lm_head.weight", "d2t", "t2d"):
                 out[k] = v.contiguous()
-        out.update(_vocab_state({k.removeprefix("model."): v for k, v in tensors.items()}, cfg, target, notes))
+        out.update(_vocab_state(tensors, cfg, target, notes))
         return out
 
     def _mask_note(self, mask_token_id: int | None, notes: list[str]) -> None:

@@ -113,6 +113,18 @@ def pick_importer(raw: dict, fmt: str = "auto") -> Importer:
     return mine[fmt]
 
 
+def draft_target_ids(d2t: torch.Tensor) -> torch.Tensor:
+    """d2t [Vd] (target id = draft id + d2t[draft id]) -> the target ids [Vd]."""
+    return d2t.long().flatten() + torch.arange(d2t.numel())
+
+
+def t2d_from_d2t(d2t: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The [vocab_size] bool mask of the target ids that d2t maps draft ids to."""
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)  # [V]
+    t2d[draft_target_ids(d2t)] = True
+    return t2d
+
+
 def rope_theta(cfg: dict) -> None:
     """Fold ``rope_parameters`` into ``rope_theta``; refuse RoPE scaling (flashdraft runs default RoPE)."""
     rp = cfg.pop("rope_parameters", None)
@@ -207,10 +219,7 @@ class DFlashImporter(Importer):
                 continue
             out[k] = v.contiguous()
         if cfg.draft_vocab_size is not None and "t2d" not in out and "d2t" in out:
-            ids = out["d2t"].long() + torch.arange(out["d2t"].numel())
-            t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
-            t2d[ids] = True
-            out["t2d"] = t2d
+            out["t2d"] = t2d_from_d2t(out["d2t"], cfg.vocab_size)
         return out
 
 
