@@ -80,6 +80,34 @@ def stdlib_prompts(n: int, seed: int, max_chars: int = 700) -> list[str]:
     return out[:n]
 
 
+def stdlib_corpus(n: int, seed: int, max_chars: int = 1400) -> list[dict]:
+    """Windows of stdlib modules as ``{prompt, response}`` records (a few lines of context, then up to
+    ``max_chars`` of the code that follows): human code for teacher-forced training, no generation."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("test", "idlelib", "lib2to3", "site-packages", "ensurepip", "turtledemo", "tkinter", "pydoc_data")
+    files = sorted(p for p in root.rglob("*.py") if not any(s in p.parts for s in skip))
+    rng = random.Random(seed)
+    rng.shuffle(files)
+    out: list[dict] = []
+    for f in files:
+        if len(out) >= n:
+            break
+        try:
+            lines = f.read_text(encoding="utf-8").splitlines(keepends=True)
+        except (UnicodeDecodeError, ValueError):
+            continue
+        for _ in range(max(1, len(lines) // 150)):  # about one window per 150 lines of the module
+            if len(lines) < 20:
+                break
+            cut = rng.randint(4, len(lines) - 10)
+            prompt = "".join(lines[max(0, cut - rng.randint(4, 12)) : cut])
+            response = "".join(lines[cut : cut + 60])[:max_chars]
+            if len(prompt) > 20 and len(response) > 200:
+                out.append({"prompt": prompt, "response": response})
+    rng.shuffle(out)
+    return out[:n]
+
+
 def generate_cmd(prompts: Path, out: Path, new_tokens: int, backend: str) -> list[str]:
     """``flashdraft generate``: the target's greedy continuations as token-level records (resumable)."""
     return [sys.executable, "-m", "flashdraft.cli", "generate", str(prompts), "-o", str(out), "--backend", backend,
@@ -99,6 +127,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="runs/gemma3-270m-dflash")
     ap.add_argument("--n-prompts", type=int, default=1000)
+    ap.add_argument("--source", default="generate", choices=["generate", "corpus"],
+                    help="generate: the target's own greedy continuations; corpus: stdlib code as it is, teacher-"
+                    "forced (no generate stage; pair it with --set loss=kl to learn the target's own predictions)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
     ap.add_argument("--offline", action="store_true", help="cache the target's features once (flashdraft features)")
@@ -129,6 +160,14 @@ def main() -> None:
     from flashdraft.train.config import TrainConfig
 
     prompts_path, data_path = out / "prompts.jsonl", out / "generated"
+    if a.source == "corpus":
+        data_path = out / "corpus.jsonl"
+        stages.discard("generate")
+        if "prompts" in stages and (a.force or not data_path.is_file()):
+            recs = stdlib_corpus(a.n_prompts, seed=0)
+            data_path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+            log(f"corpus: {len(recs)} stdlib windows -> {data_path}")
+        stages.discard("prompts")
     if "prompts" in stages and (a.force or not prompts_path.is_file()):
         ps = stdlib_prompts(a.n_prompts, seed=0)
         prompts_path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ps))
@@ -162,7 +201,7 @@ def main() -> None:
             t0 = time.perf_counter()
             examples, _ = load_examples(cfg.data, target, cfg.max_len, cfg.block_size, cfg.append_eos)
             write_features(target, examples, sorted(cfg.target_layer_ids or target.default_layer_ids(cfg.num_layers)),
-                           cfg.features, dtype="bfloat16", progress=False)
+                           cfg.features, dtype="bfloat16", with_final=cfg.loss == "kl", progress=False)
             minutes["features"] = (time.perf_counter() - t0) / 60
             log(f"features: {len(examples)} sequences in {minutes['features']:.1f} min -> {cfg.features}")
         t0 = time.perf_counter()

@@ -116,3 +116,46 @@ def test_hybrid_tree_is_lossless_and_keeps_the_budget(family):
     assert max(taus["random"]) > 1  # the lookup chain rescues rounds a random drafter would lose
     tree = dec.draft_tree(7, (torch.randn(5, target.vocab_size), [[1, 2, 3, 4, 5]]))
     assert len(tree) - 1 <= 10 and (1, 2, 3, 4, 5) in tree.prefixes()
+
+
+@pytest.mark.parametrize("method", ["ngram", "ngram_tree"])
+def test_lookup_min_drafts_only_on_long_matches_and_stays_lossless(method):
+    """lookup_min = 3: a round whose context has no earlier 3-gram match drafts nothing (tau 1, a plain step);
+    the output still equals AR, and the stricter lookup drafts in fewer rounds than lookup_min = 1."""
+    target = tiny_target("qwen3")
+    prompts = random_prompts(2, 20, seed=7)
+    prompts.append(prompts[0][:10] * 3)
+    drafted = {}
+    for lo in (1, 3):
+        dec = build_decoder(method, target, budget=6, lookup_min=lo, lookup_max=3)
+        n_drafted, n_rounds = 0, 0
+        propose = dec.drafter.propose
+
+        def counting(tokens, new_features=None):
+            nonlocal n_drafted, n_rounds
+            out = propose(tokens, new_features)
+            for cont in out:  # every proposal comes from a match of at least lookup_min tokens
+                n = next(n for n in range(3, 0, -1) if lookup(tokens, len(cont), 3, n, 1))
+                assert n >= lo
+            n_drafted += bool(out)
+            n_rounds += 1
+            return out
+
+        dec.drafter.propose = counting
+        for p in prompts:
+            res = dec.generate(p, NEW)
+            assert_same_tokens(target, p, res.tokens, hf_greedy(target, p, NEW), f"{method}/lookup_min={lo}")
+        drafted[lo] = n_drafted / n_rounds
+    assert 0 < drafted[3] < drafted[1], drafted
+
+
+def test_lookup_options_reach_the_hybrid_and_unknown_options_are_named():
+    from tests.tiny import OracleDrafter
+
+    target = tiny_target("qwen3", num_hidden_layers=2)
+    dec = build_decoder("ddtree_ngram", target, OracleDrafter(target, block_size=4), budget=8, lookup_min=2, lookup_max=4)
+    assert (dec.drafter.lookup.min_n, dec.drafter.lookup.max_n) == (2, 4)
+    with pytest.raises(DecodeError, match="1 <= lookup_min <= lookup_max, got lookup_min=4"):
+        build_decoder("ngram", target, lookup_min=4, lookup_max=3)
+    with pytest.raises(DecodeError, match=r"'dflash' has no option lookup_min .*drop it"):
+        build_decoder("dflash", target, OracleDrafter(target, block_size=4), lookup_min=2)

@@ -51,6 +51,8 @@ def decode(
     dtype: Optional[str] = typer.Option(None, help="float32 (default) | bfloat16 | float16"),
     threads: Optional[int] = typer.Option(None, help="torch intra-op threads (default 1, for a shared machine)."),
     ngram: Optional[bool] = typer.Option(None, "--ngram/--no-ngram", help="Also run prompt lookup (ngram, ngram_tree@b); default on."),
+    lookup_min: Optional[int] = typer.Option(None, "--lookup-min", help="Prompt lookup's shortest n-gram match (default 1)."),
+    lookup_max: Optional[int] = typer.Option(None, "--lookup-max", help="Prompt lookup's longest n-gram match (default 3)."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Default runs/bench_decode."),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     sets: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
@@ -70,7 +72,7 @@ def decode(
                   prompts=prompts, limit=limit, budgets=_ints(budgets) if budgets else None,
                   temperatures=[float(t) for t in temperatures.split(",")] if temperatures else None,
                   max_new_tokens=max_new_tokens, repeats=repeats, dtype=dtype, threads=threads, ngram=ngram,
-                  out=str(out) if out else None)
+                  lookup_min=lookup_min, lookup_max=lookup_max, out=str(out) if out else None)
     out = Path(cfg.out)
     torch.set_num_threads(cfg.threads)
     try:
@@ -79,7 +81,8 @@ def decode(
         drafters = {n: load_drafter(d, tgt) for n, d in zip(drafter_names(cfg.drafter), cfg.drafter)}
         console.print("prompting: plain continuation of the raw prompt (no chat template, no thinking)")
         res = run_decode_bench(tgt, drafters, sets_, cfg.budgets, cfg.temperatures, cfg.max_new_tokens, cfg.repeats, out,
-                               log=lambda m: console.print(m, markup=False, highlight=False), ngram=cfg.ngram)
+                               log=lambda m: console.print(m, markup=False, highlight=False), ngram=cfg.ngram,
+                               lookup=dict(lookup_min=cfg.lookup_min, lookup_max=cfg.lookup_max))
     except (BenchError, DecodeError, DrafterError, TargetError) as e:
         _fail(e)
     md = markdown_table(res)

@@ -24,6 +24,8 @@ class BenchDecodeConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     threads: int = Field(1, ge=1, description="torch intra-op threads")
     ngram: bool = Field(True, description="also run prompt lookup (ngram, ngram_tree@b)")
+    lookup_min: int = Field(1, ge=1, description="prompt lookup: shortest n-gram matched (vLLM's prompt_lookup_min)")
+    lookup_max: int = Field(3, ge=1, description="prompt lookup: longest n-gram matched (vLLM's prompt_lookup_max)")
     out: str = "runs/bench_decode"
 
 

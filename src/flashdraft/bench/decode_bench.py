@@ -125,11 +125,11 @@ def decode_methods(drafter) -> tuple[str, str]:
     return str(chain), str(tree)
 
 
-def _ddtree_rows(target, drafter, b: int, ngram: bool) -> dict:
+def _ddtree_rows(target, drafter, b: int, lookup: dict | None) -> dict:
     """DDTree at budget b, the same-budget chain control and (with prompt lookup) the hybrid tree."""
     rows = {f"ddtree@{b}": SpineRecordingDDTree(target, drafter, b), f"chain@{b}": ChainControl(target, drafter, b)}
-    if ngram:  # the hybrid: DDTree + the lookup chain in the same budget
-        rows[f"ddtree_ngram@{b}"] = build_decoder("ddtree_ngram", target, drafter, budget=b)
+    if lookup is not None:  # the hybrid: DDTree + the lookup chain in the same budget
+        rows[f"ddtree_ngram@{b}"] = build_decoder("ddtree_ngram", target, drafter, budget=b, **lookup)
     return rows
 
 
@@ -137,30 +137,32 @@ def _ddtree_rows(target, drafter, b: int, ngram: bool) -> dict:
 TREE_ROWS = {"ddtree": _ddtree_rows}
 
 
-def _tree_rows(tree: str, target, drafter, b: int, ngram: bool) -> dict:
+def _tree_rows(tree: str, target, drafter, b: int, lookup: dict | None) -> dict:
     make = TREE_ROWS.get(tree)
     if make is not None:
-        return make(target, drafter, b, ngram)
+        return make(target, drafter, b, lookup)
     return {f"{tree}@{b}": build_decoder(tree, target, drafter, budget=b)}
 
 
-def variants(target, drafters: dict, budgets: list[int], ngram: bool = True) -> dict:
+def variants(target, drafters: dict, budgets: list[int], ngram: bool = True, lookup: dict | None = None) -> dict:
     """Variant name -> decoder. Names: ar, ngram, ngram_tree@b (prompt lookup; its chain as long as the first
     drafter's), and per drafter its family's rows: <drafter>/<chain>, <drafter>/<tree>@b (DFlash:
-    <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b, <drafter>/ddtree_ngram@b)."""
+    <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b, <drafter>/ddtree_ngram@b). ``lookup``: the
+    prompt-lookup options (``lookup_min``, ``lookup_max``) of every lookup row."""
     out = {"ar": build_decoder("ar", target)}
-    if ngram:
+    lookup = dict(lookup or {}) if ngram else None
+    if lookup is not None:
         k = next(iter(drafters.values())).max_depth if drafters else None
-        out["ngram"] = build_decoder("ngram", target, budget=k)
+        out["ngram"] = build_decoder("ngram", target, budget=k, **lookup)
         for b in budgets:
-            out[f"ngram_tree@{b}"] = build_decoder("ngram_tree", target, budget=b)
+            out[f"ngram_tree@{b}"] = build_decoder("ngram_tree", target, budget=b, **lookup)
     if not drafters and not ngram:
         raise BenchError("nothing to compare with AR: give --drafter PATH and/or keep --ngram")
     for dname, d in drafters.items():
         chain, tree = decode_methods(d)
         out[f"{dname}/{chain}"] = build_decoder(chain, target, d)
         for b in budgets:
-            out.update({f"{dname}/{v}": dec for v, dec in _tree_rows(tree, target, d, b, ngram).items()})
+            out.update({f"{dname}/{v}": dec for v, dec in _tree_rows(tree, target, d, b, lookup).items()})
     return out
 
 
@@ -191,15 +193,16 @@ def summarize(records: list[dict], max_depth: int) -> dict:
 
 def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budgets: list[int],
                      temperatures: list[float], max_new_tokens: int, repeats: int, out_dir: Path,
-                     warmup: bool = True, seed: int = 0, log=print, ngram: bool = True) -> dict:
+                     warmup: bool = True, seed: int = 0, log=print, ngram: bool = True,
+                     lookup: dict | None = None) -> dict:
     """Run the sweep; write ``out_dir/results.json`` after each prompt; return the final results."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    decs = variants(target, drafters, budgets, ngram=ngram)
+    decs = variants(target, drafters, budgets, ngram=ngram, lookup=lookup)
     results = dict(target=target.name, drafters={k: dict(zip(("chain", "tree"), decode_methods(d)),
                                                          block_size=d.max_depth + 1) for k, d in drafters.items()},
                    budgets=budgets, temperatures=temperatures, max_new_tokens=max_new_tokens, repeats=repeats,
-                   prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
+                   lookup=dict(lookup or {}), prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
                    chain_control="DFlash restricted to min(budget, B-1) drafts (same verified tokens up to B-1)",
                    partial=True, sets={})
     raw = {}  # (set, T) -> variant -> per-prompt records

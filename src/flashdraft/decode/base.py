@@ -78,6 +78,7 @@ class Decoder(ABC):
     """prompt ids, max new tokens, temperature, seed -> tokens + stats."""
 
     method: ClassVar[str]
+    OPTIONS: ClassVar[tuple[str, ...]] = ()  # keyword options ``create`` takes besides target, drafter and budget
 
     @abstractmethod
     def generate(self, prompt_ids: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> Generation:
@@ -98,9 +99,15 @@ def register(name: str):
     return wrap
 
 
-def build_decoder(method: str, target, drafter=None, budget: int | None = None) -> Decoder:
-    """The decoder registered as ``method`` for ``target`` (and ``drafter`` / tree ``budget`` where used);
-    the methods are registered by importing :mod:`flashdraft.decode`, which every import of this module does."""
+def build_decoder(method: str, target, drafter=None, budget: int | None = None, **options) -> Decoder:
+    """The decoder registered as ``method`` for ``target`` (and ``drafter`` / tree ``budget`` where used, and the
+    method's own ``options``, e.g. ``lookup_min`` for prompt lookup); the methods are registered by importing
+    :mod:`flashdraft.decode`, which every import of this module does."""
     if method not in DECODERS:
         raise DecodeError(f"unknown decoding method {method!r}; choose one of: {', '.join(sorted(DECODERS))}")
-    return DECODERS[method].create(target, drafter=drafter, budget=budget)
+    cls = DECODERS[method]
+    bad = sorted(set(options) - set(cls.OPTIONS))
+    if bad:
+        takes = ", ".join(cls.OPTIONS) or "none"
+        raise DecodeError(f"method {method!r} has no option {', '.join(bad)} (its options: {takes}); drop it")
+    return cls.create(target, drafter=drafter, budget=budget, **options)

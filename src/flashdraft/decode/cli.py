@@ -25,6 +25,8 @@ def decode(
         None, help=f"Drafter folder (config.json architectures: {', '.join(drafter_families())}); needed by drafter methods."),
     method: Optional[str] = typer.Option(None, help=METHODS_HELP),
     budget: Optional[int] = typer.Option(None, help="Drafted nodes per round: ddtree / ngram_tree (default 32), eagle3_tree (default 60), ngram / eagle3 chain length (default 7)."),
+    lookup_min: Optional[int] = typer.Option(None, "--lookup-min", help="ngram*: shortest n-gram matched (default 1; vLLM's prompt_lookup_min)."),
+    lookup_max: Optional[int] = typer.Option(None, "--lookup-max", help="ngram*: longest n-gram matched (default 3)."),
     temperature: Optional[float] = typer.Option(None, help="0 = greedy; > 0 = lossless sampling."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),
     seed: Optional[int] = typer.Option(None),
@@ -41,11 +43,13 @@ def decode(
     try:
         cfg = DecodeConfig.load(
             config, sets=sets, target=target, drafter=str(drafter) if drafter else None, method=method, budget=budget,
-            temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype,
+            temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype, lookup_min=lookup_min,
+            lookup_max=lookup_max,
         )
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         d = load_drafter(cfg.drafter, tgt) if cfg.drafter else None
-        dec = build_decoder(cfg.method, tgt, d, budget=cfg.budget)
+        options = {k: getattr(cfg, k) for k in DECODERS[cfg.method].OPTIONS if k in DecodeConfig.model_fields}
+        dec = build_decoder(cfg.method, tgt, d, budget=cfg.budget, **options)
         ids = tgt.encode(prompt)
         res = dec.generate(ids, cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed)
         ar = build_decoder("ar", tgt).generate(ids, cfg.max_new_tokens, cfg.temperature, cfg.seed) if compare_ar else None

@@ -15,6 +15,8 @@ class DecodeConfig(Section):
     drafter: str | None = None
     method: str = Field("ar", description="a registered decoding method (flashdraft.decode.DECODERS)")
     budget: int | None = Field(None, ge=1, description="drafted nodes per round: DDTree/ngram_tree (default 32), eagle3_tree (default 60), ngram/eagle3 chain (default 7)")
+    lookup_min: int = Field(1, ge=1, description="ngram*: shortest n-gram matched (vLLM's prompt_lookup_min)")
+    lookup_max: int = Field(3, ge=1, description="ngram*: longest n-gram matched (vLLM's prompt_lookup_max)")
     temperature: float = Field(0.0, ge=0.0)
     max_new_tokens: int = Field(64, ge=1)
     seed: int = 0

@@ -32,7 +32,8 @@ class PromptLookup:
 
     def __init__(self, k: int = 7, max_n: int = 3, min_n: int = 1, branches: int = 1):
         if not 1 <= min_n <= max_n:
-            raise DecodeError(f"prompt lookup needs 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+            raise DecodeError(f"prompt lookup needs 1 <= lookup_min <= lookup_max, got lookup_min={min_n}, "
+                              f"lookup_max={max_n}; raise lookup_max or lower lookup_min")
         if k < 1 or branches < 1:
             raise DecodeError(f"prompt lookup needs k >= 1 drafted tokens and branches >= 1, got k={k}, branches={branches}")
         self.k, self.max_n, self.min_n, self.branches = k, max_n, min_n, branches
@@ -99,22 +100,32 @@ def merge_branches(root: int, branches: list[list[int]], budget: int, tree: Draf
     return tree
 
 
+LOOKUP_OPTIONS = ("lookup_min", "lookup_max")  # vLLM's prompt_lookup_min / prompt_lookup_max
+
+
 @register("ngram")
 class NgramDecoder(SpeculativeDecoder):
-    """Prompt lookup as a chain: up to ``budget`` (default 7) drafts copied from the context per round."""
+    """Prompt lookup as a chain: up to ``budget`` (default 7) drafts copied from the context per round.
+
+    ``lookup_min`` / ``lookup_max``: the shortest and longest n-gram matched. A round with no match of at
+    least ``lookup_min`` tokens drafts nothing (a plain target step). On a GPU at batch 1 a verified draft is
+    almost free, so 1 drafts most; where a verify round costs more than a step (a CPU, large batches), a
+    longer minimum drafts less often but more surely (``experiments/ngram_min_match.py`` measures it).
+    """
 
     needs_drafter = False
     DEFAULT_K = 7
-    MAX_N, MIN_N = 3, 1
+    OPTIONS = LOOKUP_OPTIONS
 
-    def __init__(self, target, drafter=None, budget: int | None = None):
+    def __init__(self, target, drafter=None, budget: int | None = None, lookup_min: int = 1, lookup_max: int = 3):
         # a DFlash drafter passed along is not used: the lookup reads the committed tokens only
         if budget is not None and budget < 1:
             raise DecodeError(f"--budget must be >= 1 (drafted tokens per round), got {budget}")
+        self.lookup_min, self.lookup_max = lookup_min, lookup_max
         super().__init__(target, drafter=self.make_lookup(budget), budget=budget)
 
     def make_lookup(self, budget: int | None) -> PromptLookup:
-        return PromptLookup(k=budget or self.DEFAULT_K, max_n=self.MAX_N, min_n=self.MIN_N)
+        return PromptLookup(k=budget or self.DEFAULT_K, max_n=self.lookup_max, min_n=self.lookup_min)
 
     def draft_tree(self, root: int, proposals: list[list[int]]) -> DraftTree:
         return chain_tree(root, proposals[0] if proposals else [])
@@ -128,7 +139,7 @@ class NgramTreeDecoder(NgramDecoder):
 
     def make_lookup(self, budget: int | None) -> PromptLookup:
         b = budget or self.DEFAULT_BUDGET
-        return PromptLookup(k=self.DEFAULT_K, max_n=self.MAX_N, min_n=self.MIN_N, branches=b)
+        return PromptLookup(k=self.DEFAULT_K, max_n=self.lookup_max, min_n=self.lookup_min, branches=b)
 
     def draft_tree(self, root: int, proposals: list[list[int]]) -> DraftTree:
         return merge_branches(root, proposals, self.budget or self.DEFAULT_BUDGET)
@@ -137,8 +148,8 @@ class NgramTreeDecoder(NgramDecoder):
 class _DrafterWithLookup:
     """A DFlash drafter whose ``propose`` also returns the prompt-lookup chain: (logits [B-1, V], chains)."""
 
-    def __init__(self, drafter, k: int):
-        self.drafter, self.lookup = drafter, PromptLookup(k=k)
+    def __init__(self, drafter, lookup: PromptLookup):
+        self.drafter, self.lookup = drafter, lookup
         self.target_layer_ids, self.max_depth = drafter.target_layer_ids, drafter.max_depth
 
     def reset(self) -> None:
@@ -153,12 +164,15 @@ class HybridTreeDecoder(DDTreeDecoder):
     """DDTree over the drafter's marginals plus the prompt-lookup chain (max_depth tokens), ``budget`` nodes in all.
 
     The lookup's nodes are reserved first; the drafter's best-first tree gets the rest of the budget
-    and the lookup chain is grafted onto it (shared prefixes count once).
+    and the lookup chain is grafted onto it (shared prefixes count once). ``lookup_min`` / ``lookup_max`` as
+    for ``ngram``.
     """
 
-    def __init__(self, target, drafter=None, budget: int | None = None):
+    OPTIONS = LOOKUP_OPTIONS
+
+    def __init__(self, target, drafter=None, budget: int | None = None, lookup_min: int = 1, lookup_max: int = 3):
         super().__init__(target, drafter=drafter, budget=budget)
-        self.drafter = _DrafterWithLookup(drafter, k=drafter.max_depth)
+        self.drafter = _DrafterWithLookup(drafter, PromptLookup(k=drafter.max_depth, max_n=lookup_max, min_n=lookup_min))
 
     def draft_tree(self, root: int, proposal) -> DraftTree:
         logits, chains = proposal

@@ -61,8 +61,8 @@ class SpeculativeDecoder(Decoder):
         self.layer_ids: list[int] = list(drafter.target_layer_ids) if drafter is not None else []
 
     @classmethod
-    def create(cls, target: Target, drafter=None, budget: int | None = None) -> "SpeculativeDecoder":
-        return cls(target, drafter=drafter, budget=budget)
+    def create(cls, target: Target, drafter=None, budget: int | None = None, **options) -> "SpeculativeDecoder":
+        return cls(target, drafter=drafter, budget=budget, **options)
 
     @property
     def max_depth(self) -> int:
