@@ -23,6 +23,18 @@ def test_a_drafter_without_decode_methods_gets_the_dflash_rows(tiny):
     assert set(rows) == {"ar", "o/dflash", "o/ddtree@2", "o/chain@2", "o/ddtree@8", "o/chain@8"}
 
 
+def test_cost_sizing_and_lookup_options_reach_their_rows(tiny):
+    d = OracleDrafter(tiny, block_size=4)
+    rows = variants(tiny, {"o": d}, [8], lookup={"lookup_min": 2, "lookup_max": 3}, sizings=["fixed", "cost"])
+    assert set(rows) == {"ar", "ngram", "ngram_tree@8", "o/dflash", "o/ddtree@8", "o/chain@8", "o/ddtree_ngram@8",
+                         "o/ddtree@8+cost", "o/ddtree_ngram@8+cost"}
+    assert rows["o/ddtree@8+cost"].sizing == "cost" and rows["o/ddtree@8"].sizing == "fixed"
+    assert rows["ngram"].drafter.min_n == 2 and rows["o/ddtree_ngram@8+cost"].drafter.lookup.min_n == 2
+    eagle = Eagle3Oracle.for_target(tiny, max_depth=3)  # a tree method without sizing keeps its one row
+    assert set(variants(tiny, {"e": eagle}, [8], ngram=False, sizings=["fixed", "cost"])) == {
+        "ar", "e/eagle3", "e/eagle3_tree@8"}
+
+
 def test_a_family_names_its_chain_and_tree(tiny):
     class HybridOnly(OracleDrafter):
         decode_methods = ("dflash", "ddtree_ngram")  # a tree method without controls of its own

@@ -56,3 +56,5 @@ def test_cli_reports_errors_without_traceback(tmp_path):
     bad.write_text("methd: ar\n")
     r = runner.invoke(app, ["run", "hello", "--config", str(bad)])
     assert r.exit_code == 2 and "methd" in r.output
+    r = runner.invoke(app, ["run", "hello", "--method", "ddtree", "--sizing", "cheap"])
+    assert r.exit_code == 2 and "sizing" in r.output and "Traceback" not in r.output

@@ -118,6 +118,22 @@ def test_resume_rewrites_only_the_missing_shard(tmp_path):
     FeatureStore(path).check(t, LAYERS, ex)
 
 
+def test_a_cache_with_final_states_serves_a_request_without_them(tmp_path):
+    """A cache written with_final=True is reused as it is by a request without final states (loss 'ce' on a
+    cache built for 'kl'); the reverse still needs a new cache."""
+    t, ex = tiny_target("qwen3"), make_examples()
+    path = write_features(t, ex, LAYERS, tmp_path / "f", shard_size=2, dtype="float32", with_final=True, progress=False)
+    for p in [*shards(path), path / "features.json"]:
+        os.utime(p, ns=(10**18, 10**18))
+    before = {p.name: p.stat().st_mtime_ns for p in [*shards(path), path / "features.json"]}
+    write_features(t, ex, LAYERS, path, shard_size=2, dtype="float32", with_final=False, progress=False)
+    assert {p.name: p.stat().st_mtime_ns for p in [*shards(path), path / "features.json"]} == before  # nothing rewritten
+    FeatureStore(path).check(t, LAYERS, ex)
+    narrow = write_features(t, ex, LAYERS, tmp_path / "g", shard_size=2, dtype="float32", progress=False)
+    with pytest.raises(TrainError, match="with_final: cache False vs now True"):
+        write_features(t, ex, LAYERS, narrow, shard_size=2, dtype="float32", with_final=True, progress=False)
+
+
 def test_interrupted_write_leaves_no_partial_shard(tmp_path, monkeypatch):
     t, ex = tiny_target("qwen3"), make_examples()
     path = tmp_path / "f"

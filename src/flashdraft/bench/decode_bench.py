@@ -57,8 +57,8 @@ class SpineRecordingDDTree(DDTreeDecoder):
 
     method = "ddtree"
 
-    def __init__(self, target, drafter, budget: int):
-        super().__init__(target, drafter=drafter, budget=budget)
+    def __init__(self, target, drafter, budget: int, sizing: str = "fixed"):
+        super().__init__(target, drafter=drafter, budget=budget, sizing=sizing)
         self.spine_rows: list[int] = []
 
     def draft_tree(self, root, draft_logits):
@@ -125,11 +125,15 @@ def decode_methods(drafter) -> tuple[str, str]:
     return str(chain), str(tree)
 
 
-def _ddtree_rows(target, drafter, b: int, lookup: dict | None) -> dict:
-    """DDTree at budget b, the same-budget chain control and (with prompt lookup) the hybrid tree."""
-    rows = {f"ddtree@{b}": SpineRecordingDDTree(target, drafter, b), f"chain@{b}": ChainControl(target, drafter, b)}
+def _ddtree_rows(target, drafter, b: int, lookup: dict | None, sizing: str = "fixed") -> dict:
+    """DDTree at budget b, the same-budget chain control and (with prompt lookup) the hybrid tree; with
+    ``sizing="cost"`` the two trees sized to what pays (rows ``ddtree@b+cost``, ``ddtree_ngram@b+cost``)."""
+    tag = "" if sizing == "fixed" else f"+{sizing}"
+    rows = {f"ddtree@{b}{tag}": SpineRecordingDDTree(target, drafter, b, sizing=sizing)}
+    if not tag:
+        rows[f"chain@{b}"] = ChainControl(target, drafter, b)
     if lookup is not None:  # the hybrid: DDTree + the lookup chain in the same budget
-        rows[f"ddtree_ngram@{b}"] = build_decoder("ddtree_ngram", target, drafter, budget=b, **lookup)
+        rows[f"ddtree_ngram@{b}{tag}"] = build_decoder("ddtree_ngram", target, drafter, budget=b, sizing=sizing, **lookup)
     return rows
 
 
@@ -137,18 +141,20 @@ def _ddtree_rows(target, drafter, b: int, lookup: dict | None) -> dict:
 TREE_ROWS = {"ddtree": _ddtree_rows}
 
 
-def _tree_rows(tree: str, target, drafter, b: int, lookup: dict | None) -> dict:
+def _tree_rows(tree: str, target, drafter, b: int, lookup: dict | None, sizings: list[str]) -> dict:
     make = TREE_ROWS.get(tree)
     if make is not None:
-        return make(target, drafter, b, lookup)
-    return {f"{tree}@{b}": build_decoder(tree, target, drafter, budget=b)}
+        return {k: v for s in sizings for k, v in make(target, drafter, b, lookup, s).items()}
+    return {f"{tree}@{b}": build_decoder(tree, target, drafter, budget=b)}  # a tree without sizing options
 
 
-def variants(target, drafters: dict, budgets: list[int], ngram: bool = True, lookup: dict | None = None) -> dict:
+def variants(target, drafters: dict, budgets: list[int], ngram: bool = True, lookup: dict | None = None,
+             sizings: list[str] | None = None) -> dict:
     """Variant name -> decoder. Names: ar, ngram, ngram_tree@b (prompt lookup; its chain as long as the first
     drafter's), and per drafter its family's rows: <drafter>/<chain>, <drafter>/<tree>@b (DFlash:
     <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b, <drafter>/ddtree_ngram@b). ``lookup``: the
-    prompt-lookup options (``lookup_min``, ``lookup_max``) of every lookup row."""
+    prompt-lookup options (``lookup_min``, ``lookup_max``) of every lookup row; ``sizings``: the tree sizings
+    (:mod:`flashdraft.decode.sizing`) each DDTree row is run with, "fixed" unsuffixed, others as ``@b+cost``."""
     out = {"ar": build_decoder("ar", target)}
     lookup = dict(lookup or {}) if ngram else None
     if lookup is not None:
@@ -162,7 +168,8 @@ def variants(target, drafters: dict, budgets: list[int], ngram: bool = True, loo
         chain, tree = decode_methods(d)
         out[f"{dname}/{chain}"] = build_decoder(chain, target, d)
         for b in budgets:
-            out.update({f"{dname}/{v}": dec for v, dec in _tree_rows(tree, target, d, b, lookup).items()})
+            rows = _tree_rows(tree, target, d, b, lookup, list(sizings or ["fixed"]))
+            out.update({f"{dname}/{v}": dec for v, dec in rows.items()})
     return out
 
 
@@ -194,15 +201,15 @@ def summarize(records: list[dict], max_depth: int) -> dict:
 def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budgets: list[int],
                      temperatures: list[float], max_new_tokens: int, repeats: int, out_dir: Path,
                      warmup: bool = True, seed: int = 0, log=print, ngram: bool = True,
-                     lookup: dict | None = None) -> dict:
+                     lookup: dict | None = None, sizings: list[str] | None = None) -> dict:
     """Run the sweep; write ``out_dir/results.json`` after each prompt; return the final results."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    decs = variants(target, drafters, budgets, ngram=ngram, lookup=lookup)
+    decs = variants(target, drafters, budgets, ngram=ngram, lookup=lookup, sizings=sizings)
     results = dict(target=target.name, drafters={k: dict(zip(("chain", "tree"), decode_methods(d)),
                                                          block_size=d.max_depth + 1) for k, d in drafters.items()},
                    budgets=budgets, temperatures=temperatures, max_new_tokens=max_new_tokens, repeats=repeats,
-                   lookup=dict(lookup or {}), prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
+                   lookup=dict(lookup or {}), sizings=list(sizings or ["fixed"]), prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
                    chain_control="DFlash restricted to min(budget, B-1) drafts (same verified tokens up to B-1)",
                    partial=True, sets={})
     raw = {}  # (set, T) -> variant -> per-prompt records

@@ -27,6 +27,7 @@ def decode(
     budget: Optional[int] = typer.Option(None, help="Drafted nodes per round: ddtree / ngram_tree (default 32), eagle3_tree (default 60), ngram / eagle3 chain length (default 7)."),
     lookup_min: Optional[int] = typer.Option(None, "--lookup-min", help="ngram*: shortest n-gram matched (default 1; vLLM's prompt_lookup_min)."),
     lookup_max: Optional[int] = typer.Option(None, "--lookup-max", help="ngram*: longest n-gram matched (default 3)."),
+    sizing: Optional[str] = typer.Option(None, help="ddtree*: fixed (default, the whole budget) | cost (what pays on this machine)."),
     temperature: Optional[float] = typer.Option(None, help="0 = greedy; > 0 = lossless sampling."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),
     seed: Optional[int] = typer.Option(None),
@@ -44,7 +45,7 @@ def decode(
         cfg = DecodeConfig.load(
             config, sets=sets, target=target, drafter=str(drafter) if drafter else None, method=method, budget=budget,
             temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype, lookup_min=lookup_min,
-            lookup_max=lookup_max,
+            lookup_max=lookup_max, sizing=sizing,
         )
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         d = load_drafter(cfg.drafter, tgt) if cfg.drafter else None

@@ -165,17 +165,18 @@ class HybridTreeDecoder(DDTreeDecoder):
 
     The lookup's nodes are reserved first; the drafter's best-first tree gets the rest of the budget
     and the lookup chain is grafted onto it (shared prefixes count once). ``lookup_min`` / ``lookup_max`` as
-    for ``ngram``.
+    for ``ngram``; ``sizing`` as for ``ddtree`` (it sizes the drafter's part; a lookup chain is always verified).
     """
 
-    OPTIONS = LOOKUP_OPTIONS
+    OPTIONS = LOOKUP_OPTIONS + DDTreeDecoder.OPTIONS
 
-    def __init__(self, target, drafter=None, budget: int | None = None, lookup_min: int = 1, lookup_max: int = 3):
-        super().__init__(target, drafter=drafter, budget=budget)
+    def __init__(self, target, drafter=None, budget: int | None = None, lookup_min: int = 1, lookup_max: int = 3,
+                 sizing: str = "fixed"):
+        super().__init__(target, drafter=drafter, budget=budget, sizing=sizing)
         self.drafter = _DrafterWithLookup(drafter, PromptLookup(k=drafter.max_depth, max_n=lookup_max, min_n=lookup_min))
 
     def draft_tree(self, root: int, proposal) -> DraftTree:
         logits, chains = proposal
         look = chains[0][: self.budget] if chains else []
-        tree = best_first_tree(root, torch.log_softmax(logits.float(), dim=-1), max(1, self.budget - len(look)))
+        tree = self.sized(best_first_tree(root, torch.log_softmax(logits.float(), dim=-1), max(1, self.budget - len(look))))
         return merge_branches(root, [look], self.budget, tree) if look else tree

@@ -24,6 +24,7 @@ import time
 import torch
 
 from flashdraft.decode.base import DecodeError, Decoder, DecodeStats, Generation, register
+from flashdraft.decode.sizing import SIZINGS, cost_sized, verify_costs
 from flashdraft.decode.tree import DraftTree, best_first_tree, chain_tree, root_only
 from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.target import Target
@@ -193,12 +194,29 @@ class DFlashDecoder(SpeculativeDecoder):
 
 @register("ddtree")
 class DDTreeDecoder(SpeculativeDecoder):
-    """The top-``budget`` prefixes of the drafter's per-position marginals, verified as one tree."""
+    """The top-``budget`` prefixes of the drafter's per-position marginals, verified as one tree.
+
+    ``sizing="cost"``: each round keeps only the most probable prefixes that pay for their verify cost
+    on this machine (:mod:`flashdraft.decode.sizing`), down to a plain step; ``"fixed"`` verifies them all.
+    """
 
     DEFAULT_BUDGET = 32
+    OPTIONS = ("sizing",)
 
-    def __init__(self, target: Target, drafter=None, budget: int | None = None):
+    def __init__(self, target: Target, drafter=None, budget: int | None = None, sizing: str = "fixed"):
+        if sizing not in SIZINGS:
+            raise DecodeError(f"sizing {sizing!r} is not one of {', '.join(SIZINGS)}; pick one")
         super().__init__(target, drafter=drafter, budget=budget if budget is not None else self.DEFAULT_BUDGET)
+        self.sizing = sizing
+        self._costs: list[float] | None = None
+
+    def sized(self, tree: DraftTree, keep: int = 0) -> DraftTree:
+        """``tree`` (best-first) cut to the size that pays on this machine under ``sizing="cost"``."""
+        if self.sizing == "fixed":
+            return tree
+        if self._costs is None:
+            self._costs = verify_costs(self.target, self.budget + 1)
+        return cost_sized(tree, self._costs, keep)
 
     def draft_tree(self, root, draft_logits):
-        return best_first_tree(root, torch.log_softmax(draft_logits.float(), dim=-1), self.budget)
+        return self.sized(best_first_tree(root, torch.log_softmax(draft_logits.float(), dim=-1), self.budget))

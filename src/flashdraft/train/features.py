@@ -232,6 +232,10 @@ def write_features(
         old = json.loads(mpath.read_text()) if mpath.is_file() else None
     except json.JSONDecodeError:
         old = {}  # not ours: refused below unless --overwrite or no shards
+    if old is not None and old.get("key") != m["key"] and not with_final and old.get("with_final") and not overwrite:
+        wider = build_manifest(target, examples, layer_ids, shard_size, dtype, True, source)
+        if old.get("key") == wider["key"]:
+            m = wider  # a cache that also holds the final hidden states serves a request without them
     if old is not None and old.get("key") != m["key"]:
         if overwrite:
             _clear(out)
