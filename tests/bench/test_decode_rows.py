@@ -80,3 +80,17 @@ def test_drafter_names_are_distinct(tmp_path):
     assert drafter_names([str(a), str(b), str(c)]) == ["a-final", "b-final", "other"]
     with pytest.raises(BenchError, match="given twice"):
         drafter_names([str(a), str(tmp_path / "runs" / "a" / "." / "final")])
+
+
+def test_cost_rows_run_losslessly_and_report_the_cost_table(tiny, tmp_path):
+    tiny._verify_costs = {}
+    res = run_decode_bench(tiny, {"o": OracleDrafter(tiny, block_size=4)}, {"rand": random_prompts(2, 8, seed=2)},
+                           budgets=[6], temperatures=[0.0], max_new_tokens=10, repeats=1, out_dir=tmp_path,
+                           log=lambda m: None, sizings=["fixed", "cost"])
+    rows = res["sets"]["rand@T=0"]
+    assert {"o/ddtree@6+cost", "o/ddtree_ngram@6+cost"} <= set(rows)
+    assert all(s["identical_to_ar"] == 2 for s in rows.values())
+    assert len(res["verify_cost_ms"]) == 7 and all(c > 0 for c in res["verify_cost_ms"])
+    assert "verify cost the +cost rows sized by (ms for n tokens): 1: " in markdown_table(res)
+    assert res["sizings"] == ["fixed", "cost"]
+    decode_plots(res, tmp_path)  # "@6+cost" rows stay out of the budget plots instead of breaking them

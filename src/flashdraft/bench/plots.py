@@ -21,7 +21,8 @@ def _save(fig, path: Path) -> Path:
 
 def _budget_rows(rows: dict, drafter: str, kind: str) -> list[tuple[int, dict]]:
     pre = f"{drafter}/{kind}@"
-    return sorted((int(v[len(pre):]), s) for v, s in rows.items() if v.startswith(pre))
+    return sorted((int(v[len(pre):]), s) for v, s in rows.items()  # "@16+cost" rows are in the tables only
+                  if v.startswith(pre) and v[len(pre):].isdigit())
 
 
 def decode_plots(results: dict, out_dir: Path) -> list[Path]:
