@@ -14,6 +14,12 @@ Stages (``--stages``, comma-separated):
               tokens with the exported drafter: tau (tokens per verify round, bonus included) and
               per-position acceptance.
 
+``--source corpus`` replaces stages 1-2 by ``corpus.jsonl``: windows of the same stdlib modules as
+they are (a few lines of context, then up to 1,400 characters of code, all supervised), with no
+generation. With ``--set loss=kl`` (the features then cache the target's final hidden states too)
+the drafter learns the target's own next-token distribution at every position of human code
+(teacher forcing), which costs one target forward per sequence instead of a generation.
+
 Commands used for the reported figures (2 CPU cores shared with other jobs)::
 
     python recipes/gemma3_270m_dflash.py --out runs/r3 --stages prompts,generate
@@ -41,13 +47,19 @@ import torch
 BOS = 2  # Gemma <bos>
 
 
-def stdlib_prompts(n: int, seed: int, max_chars: int = 700) -> list[str]:
-    """Prefixes of stdlib modules: half end after a function's docstring, half at a random line."""
+def stdlib_files(rng: random.Random) -> list[Path]:
+    """The Python standard library's own modules (tests, GUI and vendored code left out), shuffled by ``rng``."""
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = ("test", "idlelib", "lib2to3", "site-packages", "ensurepip", "turtledemo", "tkinter", "pydoc_data")
     files = sorted(p for p in root.rglob("*.py") if not any(s in p.parts for s in skip))
-    rng = random.Random(seed)
     rng.shuffle(files)
+    return files
+
+
+def stdlib_prompts(n: int, seed: int, max_chars: int = 700) -> list[str]:
+    """Prefixes of stdlib modules: half end after a function's docstring, half at a random line."""
+    rng = random.Random(seed)
+    files = stdlib_files(rng)
     out: list[str] = []
     for f in files:
         if len(out) >= n:
@@ -83,11 +95,8 @@ def stdlib_prompts(n: int, seed: int, max_chars: int = 700) -> list[str]:
 def stdlib_corpus(n: int, seed: int, max_chars: int = 1400) -> list[dict]:
     """Windows of stdlib modules as ``{prompt, response}`` records (a few lines of context, then up to
     ``max_chars`` of the code that follows): human code for teacher-forced training, no generation."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = ("test", "idlelib", "lib2to3", "site-packages", "ensurepip", "turtledemo", "tkinter", "pydoc_data")
-    files = sorted(p for p in root.rglob("*.py") if not any(s in p.parts for s in skip))
     rng = random.Random(seed)
-    rng.shuffle(files)
+    files = stdlib_files(rng)
     out: list[dict] = []
     for f in files:
         if len(out) >= n:
