@@ -50,6 +50,7 @@ def test_verify_costs_are_measured_once_per_target():
     target = tiny_target("qwen3", num_hidden_layers=2)
     costs = verify_costs(target, 9, context=16, repeats=1)
     assert len(costs) == 10 and all(c > 0 for c in costs) and costs[0] == costs[1]
+    assert all(b >= a for a, b in zip(costs[1:], costs[2:]))  # never cheaper for more tokens
     assert verify_costs(target, 9, context=16, repeats=1) is costs  # cached on the target
 
 

@@ -40,7 +40,8 @@ def verify_costs(target, max_tokens: int, context: int = 128, repeats: int = 3, 
     Measured on this target and device as the decoders run it: ``n`` tokens appended to a cache of
     ``context`` tokens (chain visibility), plus the LM head over min(n, ``spine``) rows (the walk's
     first batch). Sizes 1, 2, 4, ... and ``max_tokens`` are timed (median of ``repeats``), the rest
-    interpolated linearly. Cached on the target per (max_tokens, torch threads).
+    interpolated linearly, then made non-decreasing (a busy machine can time a larger size faster).
+    Cached on the target per (max_tokens, torch threads).
     """
     key = (max_tokens, torch.get_num_threads(), context)
     table = getattr(target, "_verify_costs", None)
@@ -80,6 +81,8 @@ def verify_costs(target, max_tokens: int, context: int = 128, repeats: int = 3, 
         hi = min(s for s in sizes if s >= n)
         f = 0.0 if hi == lo else (n - lo) / (hi - lo)
         costs[n] = (1 - f) * measured[lo] + f * measured[hi]
+    for n in range(2, max_tokens + 1):  # more tokens never cost less: a noisy machine can time them so
+        costs[n] = max(costs[n], costs[n - 1])
     costs[0] = costs[1]
     table[key] = costs
     return costs
