@@ -107,8 +107,11 @@ def test_served_drafter_gets_scaled_embeddings_and_proposes_flashdraft_drafts(se
         seq = torch.tensor(p + res["spec"]["outputs"][k])
         n = torch.arange(seq.numel())
         _, feats[k] = target_forward(target, new_cache(), seq, n, n[:, None] >= n[None, :], drafter.target_layer_ids)
-    agree = 0
+    agree, past_end = 0, 0
     for (k, start, ids, drafts, seq), e in zip(rounds, embeds):
+        if start >= len(seq):  # vLLM drafts once more after the step that reached max_tokens; the output is cut there
+            past_end += 1
+            continue
         q = torch.tensor(ids)
         assert q[0] == seq[start] and (q[1:] == drafter.mask_token_id).all()  # [bonus, MASK x (B-1)]
         assert torch.equal(e, emb(q[None])[0].float())  # exactly HF's scaled rows
@@ -116,4 +119,6 @@ def test_served_drafter_gets_scaled_embeddings_and_proposes_flashdraft_drafts(se
         drafter.reset()
         ours = drafter.propose(torch.tensor(seq[: start + 1]), feats[k][:start]).argmax(-1).tolist()
         agree += ours == drafts
-    assert agree >= DRAFT_AGREEMENT * len(rounds), f"{agree}/{len(rounds)} rounds with identical drafts"
+    assert past_end <= len(prompts), f"{past_end} rounds start past the returned outputs"
+    checked = len(rounds) - past_end
+    assert agree >= DRAFT_AGREEMENT * checked, f"{agree}/{checked} rounds with identical drafts"
