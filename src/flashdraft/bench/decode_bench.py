@@ -209,7 +209,8 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
     results = dict(target=target.name, drafters={k: dict(zip(("chain", "tree"), decode_methods(d)),
                                                          block_size=d.max_depth + 1) for k, d in drafters.items()},
                    budgets=budgets, temperatures=temperatures, max_new_tokens=max_new_tokens, repeats=repeats,
-                   lookup=dict(lookup or {}), sizings=list(sizings or ["fixed"]), prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
+                   lookup=dict(lookup or {}), sizings=list(sizings or ["fixed"]),
+                   prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
                    chain_control="DFlash restricted to min(budget, B-1) drafts (same verified tokens up to B-1)",
                    partial=True, sets={})
     raw = {}  # (set, T) -> variant -> per-prompt records

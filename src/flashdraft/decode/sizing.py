@@ -50,12 +50,13 @@ def verify_costs(target, max_tokens: int, context: int = 128, repeats: int = 3, 
     if key in table:
         return table[key]
     dev = target.device
+    sizes = sorted({*(2**i for i in range(int(math.log2(max_tokens)) + 1)), max_tokens})
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, target.vocab_size, (context + max_tokens * (repeats + 1) * 8,), generator=gen).to(dev)
+    n_ids = context + len(sizes) * (repeats + 1) + max_tokens  # each timed run keeps one token in the cache
+    ids = torch.randint(0, target.vocab_size, (n_ids,), generator=gen).to(dev)
     cache = new_cache(target)
     causal = torch.ones(context, context, dtype=torch.bool, device=dev).tril_()
     target_forward(target, cache, ids[:context], torch.arange(context, device=dev), causal, [])
-    sizes = sorted({*(2**i for i in range(int(math.log2(max_tokens)) + 1)), max_tokens})
     measured: dict[int, float] = {}
     at = context
     for n in sizes:
