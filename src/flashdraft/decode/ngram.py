@@ -178,5 +178,6 @@ class HybridTreeDecoder(DDTreeDecoder):
     def draft_tree(self, root: int, proposal) -> DraftTree:
         logits, chains = proposal
         look = chains[0][: self.budget] if chains else []
-        tree = self.sized(best_first_tree(root, torch.log_softmax(logits.float(), dim=-1), max(1, self.budget - len(look))))
+        lp = torch.log_softmax(logits.float(), dim=-1)  # [B-1, V]
+        tree = self.sized(best_first_tree(root, lp, max(1, self.budget - len(look))))
         return merge_branches(root, [look], self.budget, tree) if look else tree

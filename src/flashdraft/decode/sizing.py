@@ -41,9 +41,9 @@ def verify_costs(target, max_tokens: int, context: int = 128, repeats: int = 3, 
     ``context`` tokens (chain visibility), plus the LM head over min(n, ``spine``) rows (the walk's
     first batch). Sizes 1, 2, 4, ... and ``max_tokens`` are timed (median of ``repeats``), the rest
     interpolated linearly, then made non-decreasing (a busy machine can time a larger size faster).
-    Cached on the target per (max_tokens, torch threads).
+    Cached on the target per (max_tokens, torch threads, context, spine).
     """
-    key = (max_tokens, torch.get_num_threads(), context)
+    key = (max_tokens, torch.get_num_threads(), context, spine)
     table = getattr(target, "_verify_costs", None)
     if table is None:
         table = target._verify_costs = {}

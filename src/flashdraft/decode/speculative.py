@@ -215,7 +215,7 @@ class DDTreeDecoder(SpeculativeDecoder):
         if self.sizing == "fixed":
             return tree
         if self._costs is None:
-            self._costs = verify_costs(self.target, self.budget + 1)
+            self._costs = verify_costs(self.target, self.budget + 1, spine=self.max_depth + 1)  # the walk's first batch
         return cost_sized(tree, self._costs, keep)
 
     def draft_tree(self, root, draft_logits):
