@@ -45,8 +45,8 @@ def test_unknown_target_spec_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("family", ["qwen3", "gemma3", "llama"])
 @pytest.mark.parametrize("rows", [1, 8, 64, 65])
 def test_lm_logits_equal_the_head_module(family, rows):
-    """lm_logits' CPU orientation (weight @ hidden.T for verify-sized batches) computes the head's own logits
-    (softcapped where the config says so), for every row count on either side of the switch."""
+    """lm_logits' CPU path (hidden @ a transposed copy of the head, for verify-sized batches) computes the head's
+    own logits (softcapped where the config says so), for every row count on either side of the switch."""
     from flashdraft.models.forward import lm_logits
 
     target = tiny_target(family)
@@ -59,3 +59,20 @@ def test_lm_logits_equal_the_head_module(family, rows):
     assert got.shape == (rows, target.vocab_size)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+def test_lm_logits_follow_an_in_place_change_of_the_head_and_pass_gradients():
+    """The head's transposed copy is remade when the weight changes in place, and the hidden states keep
+    their gradient through it (a drafter scored with the target's head trains through lm_logits)."""
+    from flashdraft.models.forward import lm_logits
+
+    target = tiny_target("qwen3")
+    head = target.model.get_output_embeddings()
+    hidden = torch.randn(4, target.hidden_size)
+    before = lm_logits(target, hidden)
+    with torch.no_grad():
+        head.weight.mul_(2.0)
+    torch.testing.assert_close(lm_logits(target, hidden), 2.0 * before, rtol=1e-5, atol=1e-5)
+    h = hidden.clone().requires_grad_(True)
+    lm_logits(target, h).sum().backward()
+    torch.testing.assert_close(h.grad, head.weight.detach().sum(0).expand(4, -1), rtol=1e-5, atol=1e-5)
