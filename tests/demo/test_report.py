@@ -35,7 +35,8 @@ def run_dir(tmp_path_factory):
     drafters = {"shipped": DFlashDrafter.for_target(target, num_layers=1, block_size=8, mask_token_id=MASK_ID, seed=3),
                 "trained": OracleDrafter(target, block_size=8)}
     res = run_decode_bench(target, drafters, {"humaneval": random_prompts(2, 10)}, BUDGETS, [0.0], 12, 1,
-                           out / "bench", log=lambda m: None, ngram=False)
+                           out / "bench", log=lambda m: None, ngram=True, lookup=dict(lookup_min=cfg.lookup_min),
+                           sizings=list(cfg.sizings))  # the demo's own bench rows
     (out / "bench" / "machine.json").write_text(json.dumps(machine()))
     write_marker(out, "bench", {"results": str(out / "bench" / "results.json"),
                                 "machine": str(out / "bench" / "machine.json")}, 0.02)
@@ -58,8 +59,13 @@ def test_report_figures_come_from_the_results(run_dir):
     # the oracle accepts everything (tau = block), the random drafter almost nothing
     assert f"| dflash | {rows['shipped/dflash']['tau_mean']:.2f} |" in md
     assert rows["trained/dflash"]["tau_mean"] == pytest.approx(8.0)
-    for b in BUDGETS:
-        assert f"| ddtree@{b} |" in md and f"| chain@{b} |" in md
+    for b in BUDGETS:  # every drafter row the bench ran has its line, the hybrid and cost-sized trees included
+        for kind in (f"ddtree@{b}", f"chain@{b}", f"ddtree_ngram@{b}", f"ddtree@{b}+cost", f"ddtree_ngram@{b}+cost"):
+            assert f"| {kind} |" in md, kind
+    trained = h["drafters"]["trained"]
+    assert trained["best_hybrid"].startswith("trained/ddtree_ngram@")
+    assert f"best hybrid tree (DDTree + prompt lookup) {trained['best_hybrid']} at {trained['hybrid_speedup']:.2f}x" in md
+    assert h["fastest_speedup"] == max(s["speedup"] for v, s in rows.items() if v != "ar")
     assert "torchrun --nproc-per-node 8 -m flashdraft.cli train" in md and "--data-parallel 8" in md
     summary = json.loads(paths["summary"].read_text())
     assert set(summary["costmodel"]) == {"PCIe", "NVLink"}

@@ -22,7 +22,7 @@ def demo(
     backend: Optional[str] = typer.Option(None, "--backend", help="generate backend: auto, vllm or hf"),
     bench_prompts: Optional[int] = typer.Option(None, "--bench-prompts", help="held-out HumanEval prompts to bench"),
     bench_tokens: Optional[int] = typer.Option(None, "--bench-tokens", help="bench: new tokens per prompt"),
-    budgets: Optional[str] = typer.Option(None, "--budgets", help="DDTree budgets, comma-separated (default 8,32)"),
+    budgets: Optional[str] = typer.Option(None, "--budgets", help="DDTree budgets, comma-separated (default 8,16)"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default 1)"),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML of demo fields (flags override it)"),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="any demo field: --set key=value (repeatable)"),

@@ -46,11 +46,17 @@ class DemoConfig(Section):
         description="train: more TrainConfig fields, key=value; the default fine-tunes 4 sequences a step in fp32 (CPUs "
         "without bf16 matrix units run bf16 backward matmuls on a slow reference path); the shipped drafter keeps its "
         "8192-token draft vocabulary (a full-vocabulary drafter wants loss_vocab=8192, a sampled softmax)")
-    bench_prompts: int = Field(1, ge=1, description="bench: held-out HumanEval prompts")
-    bench_tokens: int = Field(32, ge=2, description="bench: new tokens per prompt")
-    budgets: list[int] = Field([8, 32], description="bench: DDTree node budgets")
+    bench_prompts: int = Field(2, ge=1, description="bench: held-out HumanEval prompts")
+    bench_tokens: int = Field(48, ge=2, description="bench: new tokens per prompt")
+    budgets: list[int] = Field([8, 16], description="bench: DDTree node budgets")
+    sizings: list[Literal["fixed", "cost"]] = Field(
+        ["fixed", "cost"], min_length=1, description="bench: DDTree sizings; cost adds rows ddtree@b+cost, the tree cut "
+        "each round to what pays for its verify cost on this machine (flashdraft.decode.sizing)")
     repeats: int = Field(1, ge=1, description="bench: runs per prompt and variant (median TPOT)")
-    ngram: bool = Field(False, description="bench: also run prompt lookup (ngram, ngram_tree@b)")
+    ngram: bool = Field(True, description="bench: also run prompt lookup (ngram, ngram_tree@b) and the hybrid tree "
+                        "(ddtree_ngram@b: the drafter's tree plus the lookup's chain in the same budget)")
+    lookup_min: int = Field(2, ge=1, description="bench: prompt lookup's shortest n-gram match (vLLM's "
+                            "prompt_lookup_min); 2 drafts only on repeats, which pays on a CPU")
     threads: int = Field(1, ge=1, description="torch intra-op threads (1 on a shared machine)")
 
     @property
@@ -174,7 +180,8 @@ def stage_bench(cfg: DemoConfig, ctx: dict) -> dict:
     bar = tqdm(total=len(prompts), desc="bench decode (prompts)", unit="prompt")
     try:
         res = run_decode_bench(target, drafters, {name: prompts}, cfg.budgets, [0.0], cfg.bench_tokens, cfg.repeats,
-                               out, log=lambda _msg: bar.update(1), ngram=cfg.ngram)
+                               out, log=lambda _msg: bar.update(1), ngram=cfg.ngram,
+                               lookup=dict(lookup_min=cfg.lookup_min), sizings=list(cfg.sizings))
     finally:
         bar.close()
     atomic_write_text(out / "results.md", markdown_table(res))

@@ -45,13 +45,18 @@ def headline(bench: dict) -> dict:
     for d in bench["drafters"]:
         mine = {v: s for v, s in rows.items() if v.startswith(f"{d}/")}
         best_v = max(mine, key=lambda v: mine[v]["speedup"])
-        tree = {v: s for v, s in mine.items() if "/ddtree@" in v}
-        best_tree = max(tree, key=lambda v: tree[v]["speedup"]) if tree else None
+        best = {}
+        for kind, tag in (("tree", "/ddtree@"), ("hybrid", "/ddtree_ngram@")):  # the drafter's tree; + the lookup's chain
+            rows_k = {v: s for v, s in mine.items() if tag in v}
+            v = max(rows_k, key=lambda v: rows_k[v]["speedup"]) if rows_k else None
+            best.update({f"best_{kind}": v, f"{kind}_speedup": rows_k[v]["speedup"] if v else None,
+                         f"{kind}_tau": rows_k[v]["tau_mean"] if v else None})
         out["drafters"][d] = dict(best=best_v, best_speedup=mine[best_v]["speedup"], best_tau=mine[best_v]["tau_mean"],
-                                  best_tree=best_tree, tree_speedup=tree[best_tree]["speedup"] if tree else None,
-                                  tree_tau=tree[best_tree]["tau_mean"] if tree else None,
-                                  dflash_tau=mine.get(f"{d}/dflash", {}).get("tau_mean"))
-    out["beat_ar"] = any(d["best_speedup"] > 1.0 for d in out["drafters"].values())
+                                  **best, dflash_tau=mine.get(f"{d}/dflash", {}).get("tau_mean"))
+    spec = {v: s for v, s in rows.items() if v != "ar"}
+    out["fastest"] = max(spec, key=lambda v: spec[v]["speedup"])
+    out["fastest_speedup"], out["fastest_tau"] = spec[out["fastest"]]["speedup"], spec[out["fastest"]]["tau_mean"]
+    out["beat_ar"] = out["fastest_speedup"] > 1.0
     return out
 
 
@@ -69,10 +74,11 @@ def _f(x, nd=2) -> str:
 
 
 def bench_rows(bench: dict) -> tuple[list[str], list[list]]:
-    """One row per method (AR, DFlash, DDTree@b, chain@b), one column group per drafter."""
+    """One row per method (AR, then the drafter rows as the bench ran them: DFlash, DDTree@b, chain@b, the hybrid,
+    the cost-sized trees), one column group per drafter."""
     _, rows = next(iter(bench["sets"].items()))
     drafters = list(bench["drafters"])
-    kinds = ["dflash"] + [f"ddtree@{b}" for b in bench["budgets"]] + [f"chain@{b}" for b in bench["budgets"]]
+    kinds = list(dict.fromkeys(v.split("/", 1)[1] for v in rows if v.split("/", 1)[0] in drafters))
     head = ["method"] + [f"{d} {c}" for d in drafters for c in ("tau", "TPOT ms", "speedup", "=AR")]
     ar = rows["ar"]
     out = [["ar"] + [x for _ in drafters for x in ("1.00", _f(ar["tpot_ms"], 1), "1.00", f"{ar['prompts']}/{ar['prompts']}")]]
@@ -158,8 +164,12 @@ def write_report(out: Path, cfg) -> dict[str, Path]:
     for d, r in h["drafters"].items():
         verdict.append(f"{d} drafter: fastest speculative variant {r['best']} at {r['best_speedup']:.2f}x AR "
                        f"(tau {r['best_tau']:.2f}); best DDTree {r['best_tree']} at {_f(r['tree_speedup'])}x "
-                       f"(tau {_f(r['tree_tau'])}); DFlash tau {_f(r['dflash_tau'])}.")
-    beat = ("Speculation beat autoregressive decoding on this machine." if h["beat_ar"] else
+                       f"(tau {_f(r['tree_tau'])})"
+                       + (f"; best hybrid tree (DDTree + prompt lookup) {r['best_hybrid']} at "
+                          f"{_f(r['hybrid_speedup'])}x (tau {_f(r['hybrid_tau'])})" if r["best_hybrid"] else "")
+                       + f"; DFlash tau {_f(r['dflash_tau'])}.")
+    beat = (f"Speculation beat autoregressive decoding on this machine: fastest {h['fastest']} at "
+            f"{h['fastest_speedup']:.2f}x AR (tau {h['fastest_tau']:.2f})." if h["beat_ar"] else
             "Speculation did NOT beat autoregressive decoding on this machine: every speculative variant was slower "
             "than AR here (speedup below 1.00x). On this CPU a verify round over many draft tokens costs several AR "
             "steps; the cost model below shows what the acceptance measured here would give on an 8-GPU box.")
