@@ -81,7 +81,9 @@ def test_every_node_sees_its_own_path_only(target):
             path.append(tree.tokens[j])
             j = tree.parents[j]
         _, ref = prefill(target, prompt + path[::-1])
-        torch.testing.assert_close(hidden[i], ref[-1], atol=1e-4, rtol=1e-4)
+        # a leak from another branch moves the state by O(0.1); the chunked vs stepwise recurrences differ by
+        # up to ~2e-4 in summation order (seen on an Intel Xeon)
+        torch.testing.assert_close(hidden[i], ref[-1], atol=1e-3, rtol=1e-3)
 
 
 def test_committed_state_equals_prefill_of_accepted_text(target):

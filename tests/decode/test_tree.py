@@ -2,11 +2,12 @@
 
 import itertools
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flashdraft.decode.tree import best_first_tree, chain_tree
+from flashdraft.decode.tree import argmax_chain, best_first_tree, chain_tree
 
 
 def brute_force_top(log_probs: torch.Tensor, budget: int) -> set[tuple[int, ...]]:
@@ -59,3 +60,18 @@ def test_impossible_tokens_never_enter_the_tree():
     lp[:, 0] = 0.0
     tree = best_first_tree(root=1, log_probs=lp, budget=10)
     assert tree.prefixes() == {(0,), (0, 0)}
+
+
+def test_spine_stops_before_nodes_the_drafter_finds_unlikely():
+    """The walk's LM-head batch on a CPU: the best-child path, cut before a node whose prefix probability
+    (relative to where the batch starts) is below the bound; without scores nothing is cut."""
+    import math
+
+    tree = chain_tree(1, [2, 3, 4], logprobs=[math.log(0.5), math.log(0.5), math.log(0.2)])  # prefixes .5 .25 .05
+    assert tree.spine() == [0, 1, 2, 3]
+    assert tree.spine(min_logprob=math.log(0.1)) == [0, 1, 2]
+    assert tree.spine(2, math.log(0.1)) == [2, 3]  # once the walk is at node 2, node 3 is 0.2 likely
+    assert chain_tree(1, [2, 3, 4]).spine(min_logprob=0.0) == [0, 1, 2, 3]
+    lp = torch.log_softmax(torch.tensor([[3.0, 0.0, 0.0], [0.0, 0.0, 0.0]]), dim=-1)
+    chain = argmax_chain(5, lp)
+    assert chain.tokens == [5, 0, 0] and chain.scores == pytest.approx([0.0, float(lp[0, 0]), float(lp[0, 0] + lp[1, 0])])

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from flashdraft.decode.base import STAGES, build_decoder
 from flashdraft.decode.speculative import DDTreeDecoder, DFlashDecoder
-from flashdraft.decode.tree import chain_tree
+from flashdraft.decode.tree import argmax_chain
 from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_write_text
 from flashdraft.records import RecordError, iter_rows
@@ -49,7 +49,7 @@ class ChainControl(DFlashDecoder):
         return self.gamma
 
     def draft_tree(self, root, draft_logits):
-        return chain_tree(root, draft_logits[: self.gamma].argmax(dim=-1).tolist())
+        return argmax_chain(root, draft_logits[: self.gamma])
 
 
 class SpineRecordingDDTree(DDTreeDecoder):
@@ -63,7 +63,7 @@ class SpineRecordingDDTree(DDTreeDecoder):
 
     def draft_tree(self, root, draft_logits):
         tree = super().draft_tree(root, draft_logits)
-        self.spine_rows.append(len(tree.spine()))
+        self.spine_rows.append(len(self.spine(tree)))
         return tree
 
 

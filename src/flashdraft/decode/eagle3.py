@@ -11,7 +11,7 @@ import torch
 
 from flashdraft.decode.base import DecodeError, register
 from flashdraft.decode.speculative import SpeculativeDecoder
-from flashdraft.decode.tree import DraftTree, chain_tree
+from flashdraft.decode.tree import DraftTree, argmax_chain
 from flashdraft.models.drafter import is_stepwise
 from flashdraft.models.target import Target
 
@@ -46,7 +46,7 @@ class Eagle3Decoder(StepwiseDecoder):
         return self.drafter.propose(tokens, feats, depth=self.budget)
 
     def draft_tree(self, root, draft_logits):
-        return chain_tree(root, draft_logits.argmax(dim=-1).tolist())
+        return argmax_chain(root, draft_logits)
 
 
 @register("eagle3_tree")

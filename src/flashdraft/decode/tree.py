@@ -9,6 +9,8 @@ autoregressive step is the tree with the root only.
 from __future__ import annotations
 
 import heapq
+import itertools
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -39,11 +41,16 @@ class DraftTree:
             vis[i] |= vis[self.parents[i]]
         return vis
 
-    def spine(self) -> list[int]:
-        """Root then, at each node, its first (best-scored) child: the path a walk most likely takes."""
-        path = [0]
+    def spine(self, start: int = 0, min_logprob: float = -math.inf) -> list[int]:
+        """``start`` (the root by default) then, at each node, its first (best-scored) child: the path a walk most
+        likely takes from there. With ``min_logprob`` (and ``scores``) it stops before the first child whose prefix
+        log-probability, relative to ``start``'s, is below it: a node the walk is unlikely to reach."""
+        path = [start]
         while self.children[path[-1]]:
-            path.append(next(iter(self.children[path[-1]].values())))
+            child = next(iter(self.children[path[-1]].values()))
+            if self.scores and self.scores[child] - self.scores[start] < min_logprob:
+                break
+            path.append(child)
         return path
 
     def prefixes(self) -> set[tuple[int, ...]]:
@@ -58,9 +65,18 @@ def root_only(root: int) -> DraftTree:
     return DraftTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0])
 
 
-def chain_tree(root: int, drafts: list[int]) -> DraftTree:
+def chain_tree(root: int, drafts: list[int], logprobs: list[float] | None = None) -> DraftTree:
+    """The chain root -> drafts[0] -> drafts[1] ...; ``logprobs``: the drafter's log-probability of each draft
+    (its prefix scores are their running sums), else no scores."""
     n = len(drafts) + 1
-    return DraftTree(tokens=[root, *drafts], parents=list(range(-1, n - 1)), depths=list(range(n)))
+    scores = [0.0, *itertools.accumulate(logprobs)] if logprobs is not None else []
+    return DraftTree(tokens=[root, *drafts], parents=list(range(-1, n - 1)), depths=list(range(n)), scores=scores)
+
+
+def argmax_chain(root: int, draft_logits: torch.Tensor) -> DraftTree:
+    """The chain of the drafter's top token at each position, draft_logits [L, V], scored by their log-probabilities."""
+    lp, ids = torch.log_softmax(draft_logits.float(), dim=-1).max(dim=-1)  # [L] each
+    return chain_tree(root, ids.tolist(), lp.tolist())
 
 
 def best_first_tree(root: int, log_probs: torch.Tensor, budget: int) -> DraftTree:
