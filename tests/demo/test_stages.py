@@ -74,3 +74,15 @@ def test_bad_marker_and_duplicate_names(tmp_path):
         run_stages(c.stages(), tmp_path, say=lambda s: None)
     with pytest.raises(StageError, match="repeat"):
         run_stages([c.stage("a"), c.stage("a")], tmp_path, fresh=True, say=lambda s: None)
+
+
+def test_fine_tuning_uses_its_own_learning_rate():
+    """A fine-tune starts from a trained drafter: the recipe's fresh-drafter lr would wipe it out."""
+    from flashdraft.demo.pipeline import DemoConfig, train_sets
+    from flashdraft.train.config import TrainConfig
+
+    ft = DemoConfig()
+    assert train_sets(ft)[-1] == f"lr={ft.fine_tune_lr}"
+    assert TrainConfig.load(ft.recipe, sets=train_sets(ft)).lr == ft.fine_tune_lr
+    assert not any(s.startswith("lr=") for s in train_sets(DemoConfig(fine_tune=False)))  # fresh: the recipe's lr
+    assert train_sets(DemoConfig(train_set=["lr=1e-3"])) == ["lr=1e-3"]  # the user's own lr wins

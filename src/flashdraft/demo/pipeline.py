@@ -41,12 +41,15 @@ class DemoConfig(Section):
     fine_tune: bool = Field(True, description="train: start from a drafter (init_from, else `drafter`); False: fresh")
     init_from: str | None = Field(None, description="train: the drafter to fine-tune (default: `drafter`)")
     train_steps: int | None = Field(None, ge=1, description="train: optimizer steps (default: the recipe's epochs)")
+    fine_tune_lr: float = Field(2e-4, gt=0, description="train: peak learning rate when fine-tuning a drafter (the "
+                                "recipe's 3e-3 is for a fresh one and wipes out what a trained drafter knows; an lr= "
+                                "in train_set wins)")
     train_set: list[str] = Field(
         ["batch_size=4", "bf16=false"],
         description="train: more TrainConfig fields, key=value; the default fine-tunes 4 sequences a step in fp32 (CPUs "
         "without bf16 matrix units run bf16 backward matmuls on a slow reference path); the shipped drafter keeps its "
         "8192-token draft vocabulary (a full-vocabulary drafter wants loss_vocab=8192, a sampled softmax)")
-    bench_prompts: int = Field(2, ge=1, description="bench: held-out HumanEval prompts")
+    bench_prompts: int = Field(3, ge=1, description="bench: held-out HumanEval prompts")
     bench_tokens: int = Field(48, ge=2, description="bench: new tokens per prompt")
     budgets: list[int] = Field([8, 16], description="bench: DDTree node budgets")
     sizings: list[Literal["fixed", "cost"]] = Field(
@@ -132,6 +135,15 @@ def stage_mix(cfg: DemoConfig, ctx: dict) -> dict:
     return {kind: str(p) for kind, p in paths.items()}
 
 
+def train_sets(cfg: DemoConfig) -> list[str]:
+    """The TrainConfig overrides of the train stage: ``train_set``, plus ``fine_tune_lr`` when fine-tuning
+    (unless ``train_set`` names an lr)."""
+    sets = list(cfg.train_set)
+    if cfg.start_from and not any(kv.split("=", 1)[0].strip() == "lr" for kv in sets):
+        sets.append(f"lr={cfg.fine_tune_lr}")
+    return sets
+
+
 def stage_train(cfg: DemoConfig, ctx: dict) -> dict:
     from flashdraft.train.config import TrainConfig
     from flashdraft.train.loop import Trainer
@@ -139,7 +151,7 @@ def stage_train(cfg: DemoConfig, ctx: dict) -> dict:
     if not Path(cfg.recipe).is_file():
         raise StageError(f"train recipe {cfg.recipe} not found; run from the repository root or pass --recipe")
     out = Path(ctx["out"]) / "train"
-    tcfg = TrainConfig.load(cfg.recipe, sets=cfg.train_set, target=cfg.target, data=[_need(ctx, "generate", "data")],
+    tcfg = TrainConfig.load(cfg.recipe, sets=train_sets(cfg), target=cfg.target, data=[_need(ctx, "generate", "data")],
                             out_dir=str(out), max_minutes=cfg.minutes, init_from=cfg.start_from,
                             max_steps=cfg.train_steps, threads=cfg.threads, resume=True)
     res = Trainer(tcfg, target=_target(ctx, cfg)).run()
