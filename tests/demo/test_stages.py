@@ -32,7 +32,7 @@ class Counting:
             (ctx["out"] / f"{name}.txt").write_text(",".join(prev))
             return {"file": str(ctx["out"] / f"{name}.txt"), "resumed_from": done}
 
-        return Stage(name, f"stage {name}", run)
+        return Stage(name, f"stage {name}", run, outputs=(f"{name}.progress", f"{name}.txt"))
 
     def stages(self) -> list[Stage]:
         return [self.stage(n) for n in ("a", "b", "c")]
@@ -49,8 +49,11 @@ def test_markers_then_skip_then_fresh(tmp_path):
     run_stages(c.stages(), tmp_path, say=said.append)  # every stage finished: nothing runs again
     assert c.calls == {"a": 1, "b": 1, "c": 1}
     assert sum("skipped" in s for s in said) == 3
-    run_stages(c.stages(), tmp_path, fresh=True, say=said.append)
+    (tmp_path / "keep.txt").write_text("not a stage's")
+    m = run_stages(c.stages(), tmp_path, fresh=True, say=said.append)
     assert c.calls == {"a": 2, "b": 2, "c": 2}
+    assert all(m[s]["outputs"]["resumed_from"] == 0 for s in "abc")  # fresh: from nothing, not from old progress
+    assert (tmp_path / "keep.txt").is_file()  # only the stages' own outputs go
 
 
 def test_interrupted_stage_resumes_without_redoing_finished_ones(tmp_path):

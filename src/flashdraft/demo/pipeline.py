@@ -117,7 +117,7 @@ def stage_generate(cfg: DemoConfig, ctx: dict) -> dict:
                           chunk_size=16, flush_every=16)  # written every 16 records: Ctrl-C loses at most one chunk
     t0 = time.perf_counter()
     m = run(gcfg)
-    return {"data": str(out), "backend": backend, "records": m["counts"]["done"] + m["counts"].get("skipped_done", 0),
+    return {"data": str(out), "backend": backend, "records": m["counts"].get("done", 0) + m["counts"].get("skipped_done", 0),
             "response_tokens": m["tokens"]["response"], "seconds": round(time.perf_counter() - t0, 1),
             "manifest": str(out / "manifest.json")}
 
@@ -226,18 +226,22 @@ def stage_report(cfg: DemoConfig, ctx: dict) -> dict:
     return {k: str(p) for k, p in paths.items()}
 
 
-STAGES: list[tuple[str, str, object]] = [
-    ("prompts", "prompts from the built-in offline sources (HumanEval held out for the bench)", stage_prompts),
-    ("generate", "the target answers every prompt (greedy): its own distribution, as training records", stage_generate),
-    ("mix", "what the generated data is, per domain (mix report)", stage_mix),
+# name, what it does, its function, what it writes under the run folder (--fresh deletes it)
+STAGES: list[tuple[str, str, object, tuple[str, ...]]] = [
+    ("prompts", "prompts from the built-in offline sources (HumanEval held out for the bench)", stage_prompts,
+     ("prompts.jsonl",)),
+    ("generate", "the target answers every prompt (greedy): its own distribution, as training records", stage_generate,
+     ("generated",)),
+    ("mix", "what the generated data is, per domain (mix report)", stage_mix, ("mix",)),
     ("train", "a short run of the training recipe under the minutes budget (resumes from its checkpoints)",
-     stage_train),
-    ("bench", "AR vs DFlash vs DDTree on held-out HumanEval, shipped and trained drafter side by side", stage_bench),
-    ("export", "the trained drafter in vLLM's format, with the commands that serve it", stage_export),
-    ("report", "report.html and report.md from the result files", stage_report),
+     stage_train, ("train",)),
+    ("bench", "AR vs DFlash vs DDTree on held-out HumanEval, shipped and trained drafter side by side", stage_bench,
+     ("bench",)),
+    ("export", "the trained drafter in vLLM's format, with the commands that serve it", stage_export, ("export",)),
+    ("report", "report.html and report.md from the result files", stage_report, ("report",)),
 ]
 
 
 def demo_stages(cfg: DemoConfig) -> list[Stage]:
     """The demo's stages, each bound to ``cfg``."""
-    return [Stage(name, what, (lambda ctx, f=fn: f(cfg, ctx))) for name, what, fn in STAGES]
+    return [Stage(name, what, (lambda ctx, f=fn: f(cfg, ctx)), outputs) for name, what, fn, outputs in STAGES]

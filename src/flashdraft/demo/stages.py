@@ -3,12 +3,14 @@
 A marker is ``<out>/stages/<name>.json`` ({"stage", "outputs", "minutes", "finished"}), written
 atomically after the stage function returned, so a stage interrupted part-way (Ctrl-C, a crash)
 has no marker and runs again on the next call, through its own resume (generate and train pick up
-where they stopped). ``fresh=True`` drops every marker first and runs the whole chain again.
+where they stopped). ``fresh=True`` drops every marker and every stage's own outputs (``Stage.outputs``,
+paths under the run folder) first and runs the whole chain again from nothing.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ class Stage:
     name: str
     what: str  # one line printed before the stage starts
     run: Callable[[dict], dict]
+    outputs: tuple[str, ...] = ()  # files / folders under the run folder the stage writes (and resumes from)
 
 
 def marker_path(out: Path, name: str) -> Path:
@@ -63,6 +66,12 @@ def run_stages(stages: list[Stage], out: Path, fresh: bool = False, say: Callabl
     if fresh:
         for s in stages:
             marker_path(out, s.name).unlink(missing_ok=True)
+            for rel in s.outputs:  # or the stage would resume from them and redo nothing
+                p = out / rel
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink(missing_ok=True)
     markers: dict[str, dict] = {}
     ctx: dict = {"out": out, "outputs": {}}
     for i, s in enumerate(stages, 1):
