@@ -7,7 +7,7 @@ drafts. One subprocess (``vllm_driver.py``) runs plain greedy and then speculati
 export (same engine settings: Transformers model implementation, which exposes Gemma's intermediate
 hidden states to the drafter; eager; bf16), recording every drafter pass. Checked here:
 
-- speculative output == plain output, token for token;
+- speculative output == plain output, token for token up to bf16 near-ties of the target (near_tie.py);
 - vLLM's acceptance rate within 10% (relative) of flashdraft's own ``eagle3`` chain decoder on the same
   prompts and num_speculative_tokens, and above zero;
 - what vLLM hands its drafter: the features it fuses are HF ``hidden_states`` at the translated aux ids, the
@@ -33,6 +33,7 @@ from flashdraft.export.formats import export_drafter
 from flashdraft.models.eagle3 import Eagle3Drafter
 from flashdraft.models.forward import new_cache, target_forward
 from flashdraft.models.target import embedded_target_dir, load_target
+from tests.export.near_tie import assert_equal_up_to_near_ties
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.loop import Trainer
 
@@ -94,8 +95,10 @@ def served(tmp_path_factory):
 
 
 def test_speculative_output_equals_plain_output(served):
-    _, _, _, res, _, _ = served
-    assert res["spec"]["outputs"] == res["plain"]["outputs"]
+    """Token for token, up to bf16 near-ties of the target (:mod:`tests.export.near_tie`)."""
+    _, _, prompts, res, _, _ = served
+    fp32 = load_target("gemma-3-270m", dtype="float32")
+    assert_equal_up_to_near_ties(fp32, prompts, res["spec"]["outputs"], res["plain"]["outputs"])
     assert all(len(o) == MAX_TOKENS for o in res["plain"]["outputs"])
 
 
