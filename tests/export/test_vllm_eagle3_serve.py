@@ -33,9 +33,9 @@ from flashdraft.export.formats import export_drafter
 from flashdraft.models.eagle3 import Eagle3Drafter
 from flashdraft.models.forward import new_cache, target_forward
 from flashdraft.models.target import embedded_target_dir, load_target
-from tests.export.near_tie import assert_equal_up_to_near_ties
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.loop import Trainer
+from tests.export.near_tie import assert_equal_up_to_near_ties
 
 PROMPTS = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
            "import numpy as np\n\ndef mean_squared_error(y_true, y_pred):\n",
@@ -94,11 +94,10 @@ def served(tmp_path_factory):
     return target, Eagle3Drafter.from_pretrained(out, target), prompts, res, rec, cfg
 
 
-def test_speculative_output_equals_plain_output(served):
+def test_speculative_output_equals_plain_output(served, embedded_target):
     """Token for token, up to bf16 near-ties of the target (:mod:`tests.export.near_tie`)."""
     _, _, prompts, res, _, _ = served
-    fp32 = load_target("gemma-3-270m", dtype="float32")
-    assert_equal_up_to_near_ties(fp32, prompts, res["spec"]["outputs"], res["plain"]["outputs"])
+    assert_equal_up_to_near_ties(embedded_target, prompts, res["spec"]["outputs"], res["plain"]["outputs"])
     assert all(len(o) == MAX_TOKENS for o in res["plain"]["outputs"])
 
 

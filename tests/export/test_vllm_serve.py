@@ -62,11 +62,10 @@ def served(tmp_path_factory):
     return target, DFlashDrafter.from_pretrained(out, target), prompts, res, embeds
 
 
-def test_speculative_output_equals_plain_output(served):
+def test_speculative_output_equals_plain_output(served, embedded_target):
     """Token for token, up to bf16 near-ties of the target (:mod:`tests.export.near_tie`)."""
     _, _, prompts, res, _ = served
-    fp32 = load_target("gemma-3-270m", dtype="float32")
-    assert_equal_up_to_near_ties(fp32, prompts, res["spec"]["outputs"], res["plain"]["outputs"])
+    assert_equal_up_to_near_ties(embedded_target, prompts, res["spec"]["outputs"], res["plain"]["outputs"])
     assert all(len(o) == MAX_TOKENS for o in res["plain"]["outputs"])
 
 
