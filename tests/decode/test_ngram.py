@@ -114,7 +114,7 @@ def test_hybrid_tree_is_lossless_and_keeps_the_budget(family):
             taus[name] += res.stats.taus
     assert taus["oracle"] == [6] * len(taus["oracle"])  # the drafter's own chain is still in the tree
     assert max(taus["random"]) > 1  # the lookup chain rescues rounds a random drafter would lose
-    tree = dec.draft_tree(7, (torch.randn(5, target.vocab_size), [[1, 2, 3, 4, 5]]))
+    tree = dec.draft_tree(7, ((torch.randn(5, target.vocab_size), None), [[1, 2, 3, 4, 5]]))
     assert len(tree) - 1 <= 10 and (1, 2, 3, 4, 5) in tree.prefixes()
 
 

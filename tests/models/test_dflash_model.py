@@ -102,3 +102,34 @@ def test_reduced_draft_vocabulary_maps_to_target_ids(target, tmp_path):
     d.save_pretrained(tmp_path / "small")
     e = DFlashDrafter.from_pretrained(tmp_path / "small", target)
     assert torch.equal(e.d2t, d.d2t) and torch.equal(e.lm_head.weight, d.lm_head.weight)
+
+
+def test_draft_vocabulary_scores_build_the_trees_the_full_logits_build(target):
+    """Decoders read a draft-vocabulary drafter's logits over its own ids (propose_scores): the same numbers as
+    propose's target-vocabulary logits, so DFlash's chain and DDTree's tree are the ones the full logits give,
+    and decoding with them stays lossless."""
+    from flashdraft.decode import build_decoder
+    from flashdraft.decode.tree import argmax_chain, best_first_tree
+    from flashdraft.models.drafter import propose_scores
+    from tests.lossless import assert_same_tokens
+    from tests.tiny import hf_greedy
+
+    vocab_ids = torch.randperm(target.vocab_size, generator=torch.Generator().manual_seed(0))[:40].sort().values
+    d = DFlashDrafter.for_target(target, block_size=6, mask_token_id=MASK_ID, seed=2, draft_vocab=vocab_ids)
+    toks = torch.tensor(random_prompts(1, 12)[0])
+    feats = torch.randn(11, len(d.target_layer_ids) * target.hidden_size)
+    d.reset()
+    full = d.propose(toks, feats)  # [5, vocab]
+    d.reset()
+    small, ids = propose_scores(d, toks, feats)  # [5, 40], [40]
+    assert torch.equal(ids, vocab_ids) and small.shape == (5, 40)
+    assert torch.equal(full[:, ids], small) and torch.isinf(full).sum() == 5 * (target.vocab_size - 40)
+    assert argmax_chain(3, small, ids).tokens == argmax_chain(3, full).tokens
+    a = best_first_tree(3, torch.log_softmax(small, -1), 12, ids)
+    b = best_first_tree(3, torch.log_softmax(full, -1), 12)
+    assert (a.tokens, a.parents) == (b.tokens, b.parents) and a.scores == pytest.approx(b.scores, abs=1e-5)
+    assert set(a.tokens[1:]) <= set(vocab_ids.tolist())
+    for method in ("dflash", "ddtree"):
+        for p in random_prompts(2, 10, seed=4):
+            got = build_decoder(method, target, d, budget=8).generate(p, 20).tokens
+            assert_same_tokens(target, p, got, hf_greedy(target, p, 20), f"{method}/draft vocabulary")

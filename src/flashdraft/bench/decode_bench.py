@@ -48,8 +48,9 @@ class ChainControl(DFlashDecoder):
     def max_depth(self) -> int:
         return self.gamma
 
-    def draft_tree(self, root, draft_logits):
-        return argmax_chain(root, draft_logits[: self.gamma])
+    def draft_tree(self, root, proposal):
+        logits, ids = proposal
+        return argmax_chain(root, logits[: self.gamma], ids)
 
 
 class SpineRecordingDDTree(DDTreeDecoder):
@@ -61,8 +62,8 @@ class SpineRecordingDDTree(DDTreeDecoder):
         super().__init__(target, drafter=drafter, budget=budget, sizing=sizing)
         self.spine_rows: list[int] = []
 
-    def draft_tree(self, root, draft_logits):
-        tree = super().draft_tree(root, draft_logits)
+    def draft_tree(self, root, proposal):
+        tree = super().draft_tree(root, proposal)
         self.spine_rows.append(len(self.spine(tree)))
         return tree
 

@@ -20,6 +20,7 @@ import torch
 from flashdraft.bench.costmodel import MeasuredCosts
 from flashdraft.decode.tree import best_first_tree, chain_tree
 from flashdraft.models.forward import compact_cache, lm_logits, new_cache, target_forward
+from flashdraft.models.drafter import propose_scores
 from flashdraft.models.recurrent import recurrent_family, recurrent_layer_ids, recurrent_state_bytes
 
 
@@ -111,10 +112,6 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
     hidden = torch.randn(max(head_rows), target.hidden_size, generator=g).to(dev, target.dtype)
     head = {m: median_ms(lambda m=m: lm_logits(target, hidden[:m]), repeats, warmup) for m in head_rows}
 
-    build = {}
-    for b in budgets:
-        lp = torch.log_softmax(torch.randn(depth, vocab, generator=g), -1)
-        build[b] = median_ms(lambda: best_first_tree(0, lp, b).visibility(dev), repeats, warmup)
 
     tr = tree_of(8)
     ids, pos = torch.tensor(tr.tokens, device=dev), context + torch.tensor(tr.depths, device=dev)
@@ -141,22 +138,21 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
 
     commit_ms = statistics.median(commit() for _ in range(repeats)) * 1e3
 
-    draft_ms, block = 0.0, 16
+    draft_ms, block, columns = 0.0, 16, vocab
     if drafter is not None:
         block = drafter.max_depth + 1
         tokens = torch.cat([ctx, ctx[-1:]])
 
         def draft():
             drafter.reset()
-            drafter.propose(tokens, feats)
+            return propose_scores(drafter, tokens, feats)
 
         t_full = median_ms(draft, repeats, warmup)  # includes prefilling the drafter's context
-        drafter.reset()
-        drafter.propose(tokens, feats)
+        columns = draft()[0].shape[-1]  # the draft vocabulary's width, which the tree's top-k runs over
 
         def draft_warm():
             drafter._ctx_cache = [(k[:, :, :cache_len], v[:, :, :cache_len]) for k, v in drafter._ctx_cache]
-            drafter.propose(torch.cat([tokens, tokens[-1:]]), feats[-1:])
+            propose_scores(drafter, torch.cat([tokens, tokens[-1:]]), feats[-1:])
 
         try:
             cache_len = drafter.context_length()  # a DFlash-style context K/V cache (other families: cold pass)
@@ -164,6 +160,11 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
         except Exception:  # noqa: BLE001  (fall back to the cold pass if the cache layout differs)
             draft_ms = t_full
         drafter.reset()
+
+    build = {}
+    for b in budgets:
+        lp = torch.log_softmax(torch.randn(depth, columns, generator=g), -1)  # [L, C] as the decoders see it
+        build[b] = median_ms(lambda: best_first_tree(0, lp, b).visibility(dev), repeats, warmup)
     return MeasuredCosts(body_ms=body, head_ms=head, draft_ms=draft_ms, draft_block=block,
                          tree_build_ms=build, commit_ms=commit_ms, recurrent_ms=recurrent,
                          recurrent_state_bytes=recurrent_state_bytes(target) if hybrid else 0)

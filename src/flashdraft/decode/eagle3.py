@@ -12,7 +12,7 @@ import torch
 from flashdraft.decode.base import DecodeError, register
 from flashdraft.decode.speculative import SpeculativeDecoder
 from flashdraft.decode.tree import DraftTree, argmax_chain
-from flashdraft.models.drafter import is_stepwise
+from flashdraft.models.drafter import is_stepwise, propose_scores
 from flashdraft.models.target import Target
 
 
@@ -43,10 +43,11 @@ class Eagle3Decoder(StepwiseDecoder):
         return self.budget
 
     def draft(self, tokens, feats):
-        return self.drafter.propose(tokens, feats, depth=self.budget)
+        return propose_scores(self.drafter, tokens, feats, depth=self.budget)  # (logits [budget, C], ids [C])
 
-    def draft_tree(self, root, draft_logits):
-        return argmax_chain(root, draft_logits)
+    def draft_tree(self, root, proposal):
+        logits, ids = proposal
+        return argmax_chain(root, logits, ids)
 
 
 @register("eagle3_tree")

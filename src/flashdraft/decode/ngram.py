@@ -20,6 +20,7 @@ import torch
 from flashdraft.decode.base import DecodeError, register
 from flashdraft.decode.speculative import DDTreeDecoder, SpeculativeDecoder
 from flashdraft.decode.tree import DraftTree, best_first_tree, chain_tree
+from flashdraft.models.drafter import propose_scores
 
 
 class PromptLookup:
@@ -146,7 +147,7 @@ class NgramTreeDecoder(NgramDecoder):
 
 
 class _DrafterWithLookup:
-    """A DFlash drafter whose ``propose`` also returns the prompt-lookup chain: (logits [B-1, V], chains)."""
+    """A DFlash drafter whose ``propose`` also returns the prompt-lookup chain: ((logits [B-1, C], ids), chains)."""
 
     def __init__(self, drafter, lookup: PromptLookup):
         self.drafter, self.lookup = drafter, lookup
@@ -156,7 +157,7 @@ class _DrafterWithLookup:
         self.drafter.reset()
 
     def propose(self, tokens: torch.Tensor, new_features):
-        return self.drafter.propose(tokens, new_features), self.lookup.propose(tokens)
+        return propose_scores(self.drafter, tokens, new_features), self.lookup.propose(tokens)
 
 
 @register("ddtree_ngram")
@@ -175,9 +176,12 @@ class HybridTreeDecoder(DDTreeDecoder):
         super().__init__(target, drafter=drafter, budget=budget, sizing=sizing)
         self.drafter = _DrafterWithLookup(drafter, PromptLookup(k=drafter.max_depth, max_n=lookup_max, min_n=lookup_min))
 
+    def draft(self, tokens, feats):
+        return self.drafter.propose(tokens, feats)  # ((logits [B-1, C], ids), lookup chains)
+
     def draft_tree(self, root: int, proposal) -> DraftTree:
-        logits, chains = proposal
+        (logits, ids), chains = proposal
         look = chains[0][: self.budget] if chains else []
-        lp = torch.log_softmax(logits.float(), dim=-1)  # [B-1, V]
-        tree = self.sized(best_first_tree(root, lp, max(1, self.budget - len(look))))
+        lp = torch.log_softmax(logits.float(), dim=-1)  # [B-1, C]
+        tree = self.sized(best_first_tree(root, lp, max(1, self.budget - len(look)), ids))
         return merge_branches(root, [look], self.budget, tree) if look else tree

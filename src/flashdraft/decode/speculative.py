@@ -28,6 +28,7 @@ from flashdraft.decode.base import DecodeError, Decoder, DecodeStats, Generation
 from flashdraft.decode.sizing import SIZINGS, cost_sized, verify_costs
 from flashdraft.decode.tree import DraftTree, argmax_chain, best_first_tree, root_only
 from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
+from flashdraft.models.drafter import propose_scores
 from flashdraft.models.target import Target
 
 
@@ -202,8 +203,13 @@ class ARDecoder(SpeculativeDecoder):
 class DFlashDecoder(SpeculativeDecoder):
     """One drafter pass over [bonus, MASK x (B-1)]; the argmax chain of B-1 drafts is verified in one forward."""
 
-    def draft_tree(self, root, draft_logits):
-        return argmax_chain(root, draft_logits)
+    def draft(self, tokens, feats):
+        """(logits [B-1, C], ids [C] or None): the drafter's logits over its draft vocabulary (propose_scores)."""
+        return propose_scores(self.drafter, tokens, feats)
+
+    def draft_tree(self, root, proposal):
+        logits, ids = proposal
+        return argmax_chain(root, logits, ids)
 
 
 @register("ddtree")
@@ -232,5 +238,8 @@ class DDTreeDecoder(SpeculativeDecoder):
             self._costs = verify_costs(self.target, self.budget + 1, spine=self.max_depth + 1)  # the walk's first batch
         return cost_sized(tree, self._costs, keep)
 
-    def draft_tree(self, root, draft_logits):
-        return self.sized(best_first_tree(root, torch.log_softmax(draft_logits.float(), dim=-1), self.budget))
+    draft = DFlashDecoder.draft
+
+    def draft_tree(self, root, proposal):
+        logits, ids = proposal  # [B-1, C], [C] or None
+        return self.sized(best_first_tree(root, torch.log_softmax(logits.float(), dim=-1), self.budget, ids))

@@ -73,26 +73,30 @@ def chain_tree(root: int, drafts: list[int], logprobs: list[float] | None = None
     return DraftTree(tokens=[root, *drafts], parents=list(range(-1, n - 1)), depths=list(range(n)), scores=scores)
 
 
-def argmax_chain(root: int, draft_logits: torch.Tensor) -> DraftTree:
-    """The chain of the drafter's top token at each position, draft_logits [L, V], scored by their log-probabilities."""
-    lp, ids = torch.log_softmax(draft_logits.float(), dim=-1).max(dim=-1)  # [L] each
-    return chain_tree(root, ids.tolist(), lp.tolist())
+def argmax_chain(root: int, draft_logits: torch.Tensor, ids: torch.Tensor | None = None) -> DraftTree:
+    """The chain of the drafter's top token at each position, draft_logits [L, C], scored by their log-probabilities.
+
+    ``ids`` [C]: the target id of each column (a drafter's draft vocabulary); None when the C columns are the
+    target vocabulary itself."""
+    lp, cols = torch.log_softmax(draft_logits.float(), dim=-1).max(dim=-1)  # [L] each
+    return chain_tree(root, (cols if ids is None else ids[cols]).tolist(), lp.tolist())
 
 
-def best_first_tree(root: int, log_probs: torch.Tensor, budget: int) -> DraftTree:
+def best_first_tree(root: int, log_probs: torch.Tensor, budget: int, ids: torch.Tensor | None = None) -> DraftTree:
     """DDTree's tree: the ``budget`` prefixes with the highest product of per-position marginals.
 
-    log_probs: [L, V] drafter log-probabilities per depth (marginals, not conditionals). Only the
-    top min(budget, V) tokens per depth can appear (a prefix never outranks its parent), so after one
-    top-k the heap explores rank tuples best-first: each pop adds a prefix and pushes its next
-    sibling (same depth, next rank) and its first child (next depth, rank 0). O(budget log budget).
+    log_probs: [L, C] drafter log-probabilities per depth (marginals, not conditionals); ``ids`` [C] the
+    target id of each column as for :func:`argmax_chain`. Only the top min(budget, C) tokens per depth
+    can appear (a prefix never outranks its parent), so after one top-k the heap explores rank tuples
+    best-first: each pop adds a prefix and pushes its next sibling (same depth, next rank) and its
+    first child (next depth, rank 0). O(budget log budget).
     """
     if budget < 1:
         raise ValueError(f"tree budget must be >= 1, got {budget}")
     depth_max, vocab = log_probs.shape
     k = min(budget, vocab)
-    top_lp, top_ids = log_probs.float().topk(k, dim=-1)  # [L, k]
-    lp, ids = top_lp.tolist(), top_ids.tolist()  # one device-to-host copy
+    top_lp, top_cols = log_probs.float().topk(k, dim=-1)  # [L, k]
+    lp, ids = top_lp.tolist(), (top_cols if ids is None else ids[top_cols]).tolist()  # one device-to-host copy
 
     tree = DraftTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0], children=[{}])
     # heap entry: (-score, parent node, depth index (0-based into L), rank)

@@ -160,6 +160,15 @@ def head_weight_t(head: nn.Linear) -> torch.Tensor:
     return hit[2]
 
 
+def head_rows(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """``head(hidden)`` for hidden [m, hidden] -> [m, out]; on a CPU a few rows without gradient go through a
+    contiguous [hidden, out] copy of a bias-free head (:func:`head_weight_t`; see :func:`lm_logits`)."""
+    if (hidden.device.type == "cpu" and hidden.shape[0] <= 64 and isinstance(head, nn.Linear) and head.bias is None
+            and not (torch.is_grad_enabled() and head.weight.requires_grad)):
+        return hidden @ head_weight_t(head)  # [m, hidden] @ [hidden, out]
+    return head(hidden)
+
+
 def lm_logits(target: Target, hidden: torch.Tensor) -> torch.Tensor:
     """Target logits (fp32) for final-normed hidden states [m, hidden] -> [m, vocab].
 
@@ -169,13 +178,7 @@ def lm_logits(target: Target, hidden: torch.Tensor) -> torch.Tensor:
     against 48 / 130 / 125 / 122 ms for ``weight @ hidden.T`` and 49 / 51 / 105 / 167 ms for
     ``hidden @ weight.T``. Same products, summed in another order.
     """
-    head = target.model.get_output_embeddings()
-    m = hidden.shape[0]
-    if (hidden.device.type == "cpu" and m <= 64 and isinstance(head, nn.Linear) and head.bias is None
-            and not (torch.is_grad_enabled() and head.weight.requires_grad)):
-        logits = (hidden @ head_weight_t(head)).float()  # [m, hidden] @ [hidden, vocab]
-    else:
-        logits = head(hidden).float()
+    logits = head_rows(target.model.get_output_embeddings(), hidden).float()
     cap = getattr(target.config, "final_logit_softcapping", None)
     if cap:
         logits = torch.tanh(logits / cap) * cap

@@ -150,11 +150,17 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary fp32 logits for drafter outputs h [m, d] -> [m, vocab]."""
-        from flashdraft.models.forward import lm_logits
+        scores, ids = self.scores(h)
+        return scores if ids is None else self.vocab.to_target_logits(scores)  # [m, draft_vocab] -> [m, vocab]
+
+    def scores(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Drafter outputs h [m, d] -> (fp32 logits [m, C], target ids [C] of the columns): the draft vocabulary's
+        C ids with a draft vocabulary, else (the target's [m, vocab] logits, None)."""
+        from flashdraft.models.forward import head_rows, lm_logits
 
         if self.cfg.draft_vocab_size is None:
-            return lm_logits(self.target, h)
-        return self.vocab.to_target_logits(self.lm_head(h).float())  # [m, draft_vocab] -> [m, vocab]
+            return lm_logits(self.target, h), None
+        return head_rows(self.lm_head, h).float(), self.vocab.token_ids()  # [m, draft_vocab]
 
     def block_mask(self, layer_type: str, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         """Inference visibility: full layers see everything; sliding layers are causal and windowed."""
@@ -163,7 +169,6 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         rel = q_pos[:, None] - k_pos[None, :]  # [q, c + q]
         return (rel >= 0) & (rel < self.cfg.sliding_window)
 
-    @torch.no_grad()
     def propose(self, tokens: torch.Tensor, new_features: torch.Tensor | None) -> torch.Tensor:
         """One drafter pass for the block after ``tokens``.
 
@@ -172,6 +177,18 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         not yet in the drafter's context cache. Returns fp32 logits [B - 1, vocab] for positions
         start + 1 .. start + B - 1. Only the context K/V is kept; block K/V are discarded.
         """
+        scores, ids = self.propose_scores(tokens, new_features)
+        return scores if ids is None else self.vocab.to_target_logits(scores)
+
+    @torch.no_grad()
+    def propose_scores(self, tokens: torch.Tensor, new_features: torch.Tensor | None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`propose` as (logits [B - 1, C], ids [C]) over the draft vocabulary (:meth:`scores`)."""
+        return self.scores(self.propose_hidden(tokens, new_features))
+
+    @torch.no_grad()
+    def propose_hidden(self, tokens: torch.Tensor, new_features: torch.Tensor | None) -> torch.Tensor:
+        """The drafter pass of :meth:`propose` up to its final norm -> [B - 1, d]."""
         c, dev, dtype = self.cfg, tokens.device, next(self.parameters()).dtype
         start = tokens.shape[0] - 1
         past = self.context_length()
@@ -200,8 +217,7 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
             else:
                 self._ctx_cache.append((k_new, v_new))
             x = layer(x, rope_x, (k_new, v_new), self.block_mask(layer.layer_type, q_pos, k_pos))
-        h = self.norm(x)[0, 1:]  # [B - 1, d]
-        return self.logits(h)
+        return self.norm(x)[0, 1:]  # [B - 1, d]
 
     # ---- training ---------------------------------------------------------------------------
 

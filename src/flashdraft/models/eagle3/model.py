@@ -146,7 +146,10 @@ class Eagle3Drafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
 
     def draft_logits(self, out: torch.Tensor) -> torch.Tensor:
         """Pre-norm layer outputs [..., d] -> draft-vocabulary logits [..., Vd] (fp32)."""
-        return self.lm_head(self.norm(out)).float()
+        from flashdraft.models.forward import head_rows
+
+        h = self.norm(out)
+        return head_rows(self.lm_head, h.reshape(-1, h.shape[-1])).reshape(*h.shape[:-1], -1).float()
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Pre-norm layer outputs [m, d] -> target-vocabulary fp32 logits [m, V], -inf outside the draft vocabulary."""
@@ -201,23 +204,28 @@ class Eagle3Drafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
                    gqa=self.cfg.num_attention_heads != self.cfg.num_key_value_heads)
         return self.midlayer.finish(a, hidden), (k, v)
 
-    @torch.no_grad()
     def propose(self, tokens: torch.Tensor, new_features: torch.Tensor | None, depth: int | None = None) -> torch.Tensor:
         """The chain after ``tokens`` [start + 1] (the bonus last): ingest ``new_features`` [n_new, K * Ht]
         (positions start - n_new .. start - 1), then ``depth`` (default max_depth) greedy steps, each feeding
         back its own output and argmax token. Returns fp32 logits [depth, V] for positions start + 1 ..
         start + depth. Draft-step K/V are dropped: the next round re-ingests the accepted positions."""
+        return self.vocab.to_target_logits(self.propose_scores(tokens, new_features, depth)[0])
+
+    @torch.no_grad()
+    def propose_scores(self, tokens: torch.Tensor, new_features: torch.Tensor | None, depth: int | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`propose` as (logits [depth, Vd] over the draft vocabulary, its target ids [Vd])."""
         depth = self.max_depth if depth is None else depth
         if depth < 1:
             raise DrafterError(f"draft depth must be >= 1, got {depth}")
         h = self.ingest(tokens, new_features)  # [1, 1, d]
-        rows = [self.logits(h[0])]  # [1, V] each
+        rows = [self.draft_logits(h[0])]  # [1, Vd] each
         start, kv = tokens.shape[0] - 1, None
         for s in range(1, depth):
-            tok = rows[-1].argmax(dim=-1)  # [1]
+            tok = self.vocab.to_target_ids(rows[-1].argmax(dim=-1))  # [1]
             h, kv = self.step(tok, h, start - 1 + s, kv, None)
-            rows.append(self.logits(h[0]))
-        return torch.cat(rows, dim=0)  # [depth, V]
+            rows.append(self.draft_logits(h[0]))
+        return torch.cat(rows, dim=0), self.vocab.token_ids()  # [depth, Vd], [Vd]
 
     @torch.no_grad()
     def propose_tree(self, tokens: torch.Tensor, new_features: torch.Tensor | None, top_k: int = 10, depth: int = 7,
