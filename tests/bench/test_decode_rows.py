@@ -90,7 +90,8 @@ def test_cost_rows_run_losslessly_and_report_the_cost_table(tiny, tmp_path):
     rows = res["sets"]["rand@T=0"]
     assert {"o/ddtree@6+cost", "o/ddtree_ngram@6+cost"} <= set(rows)
     assert all(s["identical_to_ar"] == 2 for s in rows.values())
-    assert len(res["verify_cost_ms"]) == 7 and all(c > 0 for c in res["verify_cost_ms"])
-    assert "verify cost the +cost rows sized by (ms for n tokens): 1: " in markdown_table(res)
+    body, head = res["verify_cost_ms"]["body"], res["verify_cost_ms"]["head"]
+    assert len(body) == 7 and len(head) == 4 and all(c > 0 for c in body + head)  # 6 nodes + root; depth 3 + root
+    assert "verify cost the +cost rows sized by (ms): body for n tokens 1: " in markdown_table(res)
     assert res["sizings"] == ["fixed", "cost"]
     decode_plots(res, tmp_path)  # "@6+cost" rows stay out of the budget plots instead of breaking them

@@ -247,8 +247,9 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
                 log(f"[{key}] prompt {i + 1}/{len(prompts)} done "
                     f"(ar tpot {1e3 * raw[key]['ar'][-1]['tpot']:.1f} ms)")
     costs = next((d._costs for d in decs.values() if getattr(d, "_costs", None)), None)
-    if costs:  # what the +cost rows sized their trees by: verify ms for 1 .. n tokens
-        results["verify_cost_ms"] = [round(1e3 * c, 2) for c in costs[1:]]
+    if costs:  # what the +cost rows sized their trees by: body ms for 1 .. n tokens, LM-head ms for 1 .. r rows
+        results["verify_cost_ms"] = {"body": [round(1e3 * c, 2) for c in costs.body[1:]],
+                                     "head": [round(1e3 * c, 2) for c in costs.head[1:]]}
     results["partial"] = False
     atomic_write_text(out_dir / "results.json", json.dumps(results, indent=1))
     return results
@@ -282,9 +283,12 @@ def markdown_table(results: dict) -> str:
                 f"{st['commit']:.1f} | {s['identical_to_ar']}/{s['prompts']} |")
     lines += ["", "stage columns: ms per verify round; =AR: prompts whose output equals AR's (T=0: must be all)", ""]
     if results.get("verify_cost_ms"):
-        c = results["verify_cost_ms"]
-        lines += ["verify cost the +cost rows sized by (ms for n tokens): "
-                  + ", ".join(f"{n}: {c[n - 1]:.1f}" for n in sorted({1, 2, 4, 8, 16, 32, len(c)}) if n <= len(c)), ""]
+        def some(c: list[float]) -> str:
+            return ", ".join(f"{n}: {c[n - 1]:.1f}" for n in sorted({1, 2, 4, 8, 16, 32, len(c)}) if n <= len(c))
+
+        body, head = results["verify_cost_ms"]["body"], results["verify_cost_ms"]["head"]
+        lines += [f"verify cost the +cost rows sized by (ms): body for n tokens {some(body)}; "
+                  f"LM head for r rows {some(head)}", ""]
     for key, rows in results["sets"].items():
         for v, s in rows.items():
             if v != "ar":

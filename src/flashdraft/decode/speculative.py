@@ -25,7 +25,7 @@ import time
 import torch
 
 from flashdraft.decode.base import DecodeError, Decoder, DecodeStats, Generation, register
-from flashdraft.decode.sizing import SIZINGS, cost_sized, verify_costs
+from flashdraft.decode.sizing import SIZINGS, VerifyCosts, cost_sized, verify_costs
 from flashdraft.decode.tree import DraftTree, argmax_chain, best_first_tree, root_only
 from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.drafter import propose_scores
@@ -91,8 +91,11 @@ class SpeculativeDecoder(Decoder):
         """The nodes the walk scores in one LM-head batch from ``start``: the best-child path from there, on a CPU
         cut before a node the drafter gives less than :attr:`CPU_SPINE_MIN_PROB` of being reached from ``start``
         (on a GPU extra rows cost nothing, so the whole path)."""
-        cpu = self.target.device.type == "cpu"
-        return tree.spine(start, math.log(self.CPU_SPINE_MIN_PROB) if cpu else -math.inf)
+        return tree.spine(start, self.spine_min_logprob())
+
+    def spine_min_logprob(self) -> float:
+        """The log-probability (relative to the batch's first node) below which :meth:`spine` stops."""
+        return math.log(self.CPU_SPINE_MIN_PROB) if self.target.device.type == "cpu" else -math.inf
 
     def walk(self, tree: DraftTree, hidden: torch.Tensor, temperature: float, gen: torch.Generator):
         """Follow the target's choices through the tree -> (accepted path node indices, next bonus token).
@@ -228,15 +231,15 @@ class DDTreeDecoder(SpeculativeDecoder):
             raise DecodeError(f"sizing {sizing!r} is not one of {', '.join(SIZINGS)}; pick one")
         super().__init__(target, drafter=drafter, budget=budget if budget is not None else self.DEFAULT_BUDGET)
         self.sizing = sizing
-        self._costs: list[float] | None = None
+        self._costs: VerifyCosts | None = None
 
     def sized(self, tree: DraftTree, keep: int = 0) -> DraftTree:
         """``tree`` (best-first) cut to the size that pays on this machine under ``sizing="cost"``."""
         if self.sizing == "fixed":
             return tree
         if self._costs is None:
-            self._costs = verify_costs(self.target, self.budget + 1, spine=self.max_depth + 1)  # the walk's first batch
-        return cost_sized(tree, self._costs, keep)
+            self._costs = verify_costs(self.target, self.budget + 1, max_rows=self.max_depth + 1)  # a spine's rows
+        return cost_sized(tree, self._costs, keep, self.spine_min_logprob())
 
     draft = DFlashDecoder.draft
 
