@@ -19,8 +19,8 @@ import torch
 
 from flashdraft.bench.costmodel import MeasuredCosts
 from flashdraft.decode.tree import best_first_tree, chain_tree
-from flashdraft.models.forward import compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.drafter import propose_scores
+from flashdraft.models.forward import compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.recurrent import recurrent_family, recurrent_layer_ids, recurrent_state_bytes
 
 
@@ -111,7 +111,6 @@ def profile_costs(target, drafter=None, sizes=(1, 2, 4, 8, 16, 32, 64, 129), hea
 
     hidden = torch.randn(max(head_rows), target.hidden_size, generator=g).to(dev, target.dtype)
     head = {m: median_ms(lambda m=m: lm_logits(target, hidden[:m]), repeats, warmup) for m in head_rows}
-
 
     tr = tree_of(8)
     ids, pos = torch.tensor(tr.tokens, device=dev), context + torch.tensor(tr.depths, device=dev)

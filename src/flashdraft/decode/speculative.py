@@ -27,8 +27,8 @@ import torch
 from flashdraft.decode.base import DecodeError, Decoder, DecodeStats, Generation, register
 from flashdraft.decode.sizing import SIZINGS, VerifyCosts, cost_sized, verify_costs
 from flashdraft.decode.tree import DraftTree, argmax_chain, best_first_tree, root_only
-from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.drafter import propose_scores
+from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.target import Target
 
 

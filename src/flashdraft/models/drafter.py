@@ -78,11 +78,11 @@ class StepwiseDrafter(Drafter, Protocol):
 def propose_scores(drafter, tokens: torch.Tensor, new_features: torch.Tensor | None, **options
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:meth:`Drafter.propose` (with ``options``, e.g. a stepwise drafter's depth) as (logits [max_depth, C] fp32,
-    ids [C]): the logits over only the C target ids
-    the drafter can draft (its draft vocabulary), when its family offers ``propose_scores``; else
-    (propose's [max_depth, vocab] logits, None). Decoders use it so that a draft vocabulary's few
-    columns are never spread over the whole target vocabulary (on Gemma-3-270M's 262k ids that spread and
-    its softmax and top-k cost about as much as the drafter's own forward on a CPU)."""
+    ids [C]): the logits over only the C target ids the drafter can draft (its draft vocabulary), when its
+    family offers ``propose_scores``; else (propose's [max_depth, vocab] logits, None). Decoders use it so
+    that a draft vocabulary's few columns are never spread over the whole target vocabulary (on
+    Gemma-3-270M's 262k ids, that spread and a softmax and top-k over it cost about as much as the
+    drafter's own forward on a CPU)."""
     own = getattr(drafter, "propose_scores", None)
     if own is not None:
         return own(tokens, new_features, **options)
