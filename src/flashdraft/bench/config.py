@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from flashdraft.config import Section
+from flashdraft.decode.sizing import Sizing
 from flashdraft.models.target import EMBEDDED_TARGET
 
 
@@ -26,7 +27,7 @@ class BenchDecodeConfig(Section):
     ngram: bool = Field(True, description="also run prompt lookup (ngram, ngram_tree@b)")
     lookup_min: int = Field(1, ge=1, description="prompt lookup: shortest n-gram matched (vLLM's prompt_lookup_min)")
     lookup_max: int = Field(3, ge=1, description="prompt lookup: longest n-gram matched (vLLM's prompt_lookup_max)")
-    sizing: list[Literal["fixed", "cost"]] = Field(
+    sizing: list[Sizing] = Field(
         default_factory=lambda: ["fixed"], description="DDTree sizings to run: fixed (the whole budget), cost (what pays "
         "on this machine, rows @b+cost); several give one row each")
     out: str = "runs/bench_decode"

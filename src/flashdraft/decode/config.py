@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from flashdraft.config import Section
+from flashdraft.decode.sizing import Sizing
 from flashdraft.models.target import EMBEDDED_TARGET
 
 
@@ -17,7 +18,7 @@ class DecodeConfig(Section):
     budget: int | None = Field(None, ge=1, description="drafted nodes per round: DDTree/ngram_tree (default 32), eagle3_tree (default 60), ngram/eagle3 chain (default 7)")
     lookup_min: int = Field(1, ge=1, description="ngram*: shortest n-gram matched (vLLM's prompt_lookup_min)")
     lookup_max: int = Field(3, ge=1, description="ngram*: longest n-gram matched (vLLM's prompt_lookup_max)")
-    sizing: Literal["fixed", "cost"] = Field(
+    sizing: Sizing = Field(
         "fixed", description="ddtree*: fixed verifies the whole budget; cost keeps what pays for its verify cost on this "
         "machine (flashdraft.decode.sizing)")
     temperature: float = Field(0.0, ge=0.0)

@@ -23,13 +23,15 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 
 from flashdraft.decode.tree import DraftTree
 from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 
-SIZINGS = ("fixed", "cost")
+Sizing = Literal["fixed", "cost"]  # the config type of a sizing
+SIZINGS: tuple[str, ...] = get_args(Sizing)
 
 
 def _sync(device: torch.device) -> None:

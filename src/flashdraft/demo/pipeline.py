@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import Field
 
 from flashdraft.config import Section
+from flashdraft.decode.sizing import Sizing
 from flashdraft.demo.stages import Stage, StageError
 from flashdraft.io import atomic_write_text
 
@@ -52,7 +53,7 @@ class DemoConfig(Section):
     bench_prompts: int = Field(3, ge=1, description="bench: held-out HumanEval prompts")
     bench_tokens: int = Field(48, ge=2, description="bench: new tokens per prompt")
     budgets: list[int] = Field([8, 16], description="bench: DDTree node budgets")
-    sizings: list[Literal["fixed", "cost"]] = Field(
+    sizings: list[Sizing] = Field(
         ["fixed", "cost"], min_length=1, description="bench: DDTree sizings; cost adds rows ddtree@b+cost, the tree cut "
         "each round to what pays for its verify cost on this machine (flashdraft.decode.sizing)")
     repeats: int = Field(1, ge=1, description="bench: runs per prompt and variant (median TPOT)")
