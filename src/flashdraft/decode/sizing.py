@@ -55,6 +55,15 @@ class VerifyCosts:
         return self.body[n] + self.head[lo] + (rows - int(rows)) * (self.head[hi] - self.head[lo])
 
 
+def _seconds(fn, device: torch.device) -> float:
+    """Wall seconds of one call of ``fn`` (the device synchronised before and after)."""
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
 def _interpolated(measured: dict[int, float], top: int) -> list[float]:
     """Sizes 0 .. top from the ``measured`` ones (linear in between), made non-decreasing: a busy machine can
     time a larger size faster."""
@@ -98,31 +107,20 @@ def verify_costs(target, max_tokens: int, context: int = 128, repeats: int = 3, 
     at = context
     for n in sizes:
         times = []
-        for r in range(repeats + 1):  # the first run of each size warms it up
+        for _ in range(repeats + 1):  # the first run of each size warms it up
             past = cache_length(cache)
             vis = torch.ones(n, n, dtype=torch.bool, device=dev).tril_()
-            _sync(dev)
-            t0 = time.perf_counter()
-            hidden, _ = target_forward(target, cache, ids[at : at + n], past + torch.arange(n, device=dev), vis, [],
-                                       tree_parents=list(range(-1, n - 1)))
-            _sync(dev)
-            if r:
-                times.append(time.perf_counter() - t0)
+            pos = past + torch.arange(n, device=dev)
+            times.append(_seconds(lambda: target_forward(target, cache, ids[at : at + n], pos, vis, [],
+                                                         tree_parents=list(range(-1, n - 1))), dev))
             compact_cache(cache, past, torch.zeros(1, dtype=torch.long, device=dev))  # keep one node: a root path
             at += 1
-        body[n] = statistics.median(times)
+        body[n] = statistics.median(times[1:])
     rows = torch.randn(max_rows, target.hidden_size, generator=gen).to(dev, target.dtype)
     head: dict[int, float] = {}
     for r in powers(max_rows):
-        times = []
-        for k in range(repeats + 1):
-            _sync(dev)
-            t0 = time.perf_counter()
-            lm_logits(target, rows[:r])
-            _sync(dev)
-            if k:
-                times.append(time.perf_counter() - t0)
-        head[r] = statistics.median(times)
+        times = [_seconds(lambda: lm_logits(target, rows[:r]), dev) for _ in range(repeats + 1)]
+        head[r] = statistics.median(times[1:])  # the first run warms it up
     costs = VerifyCosts(body=_interpolated(body, max_tokens), head=_interpolated(head, max_rows))
     costs.body[0] = costs.body[1]
     table[key] = costs

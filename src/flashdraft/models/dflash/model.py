@@ -169,6 +169,7 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         rel = q_pos[:, None] - k_pos[None, :]  # [q, c + q]
         return (rel >= 0) & (rel < self.cfg.sliding_window)
 
+    @torch.no_grad()
     def propose(self, tokens: torch.Tensor, new_features: torch.Tensor | None) -> torch.Tensor:
         """One drafter pass for the block after ``tokens``.
 
@@ -177,8 +178,7 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         not yet in the drafter's context cache. Returns fp32 logits [B - 1, vocab] for positions
         start + 1 .. start + B - 1. Only the context K/V is kept; block K/V are discarded.
         """
-        scores, ids = self.propose_scores(tokens, new_features)
-        return scores if ids is None else self.vocab.to_target_logits(scores)
+        return self.logits(self.propose_hidden(tokens, new_features))
 
     @torch.no_grad()
     def propose_scores(self, tokens: torch.Tensor, new_features: torch.Tensor | None
