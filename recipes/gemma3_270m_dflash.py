@@ -223,11 +223,13 @@ def main() -> None:
         from flashdraft.train.evaluate import evaluate_tau
 
         t0 = time.perf_counter()
-        drafter = load_drafter(out / a.run_name / "drafter", target)
-        for method, budget in (("dflash", None), ("ddtree", a.ddtree_budget)):
-            r = evaluate_tau(target, drafter, he, a.eval_tokens, method, budget)
-            results[method] = r
-            log(f"eval {method}: tau {r['tau']:.3f} over {r['rounds']} rounds; acceptance {[round(x, 3) for x in r['per_position_acceptance']]}")
+        for name, _ in cfg.variant_configs():  # one unnamed run, or every variant in its own sub-folder
+            drafter = load_drafter(out / a.run_name / (name or "") / "drafter", target)
+            for method, budget in (("dflash", None), ("ddtree", a.ddtree_budget)):
+                r = evaluate_tau(target, drafter, he, a.eval_tokens, method, budget)
+                results[f"{name}/{method}" if name else method] = r
+                log(f"eval {name or ''} {method}: tau {r['tau']:.3f} over {r['rounds']} rounds; "
+                    f"acceptance {[round(x, 3) for x in r['per_position_acceptance']]}")
         minutes["eval"] = (time.perf_counter() - t0) / 60
     minutes["total"] = (time.perf_counter() - t_start) / 60
     results["minutes"] = minutes

@@ -10,14 +10,23 @@ def test_tree_weights_are_the_gradient_of_the_tree_surrogate():
     q = torch.rand(2, 3, 6).clamp(0.05, 0.95)
     sup = torch.rand(2, 3, 6) > 0.2
     for width, alpha in ((1, 0.0), (4, 0.0), (4, 0.5), (8, 0.3)):
-        logq = q.log().requires_grad_(True)
-        qs = torch.where(sup, (1 - alpha) * logq.exp() + alpha, torch.zeros_like(q))[..., 1:]
+        log_qs = ((1 - alpha) * q + alpha).log().requires_grad_(True)  # the gradient is taken in log q'
+        qs = torch.where(sup, log_qs.exp(), torch.zeros_like(q))[..., 1:]
         p = 1 - (1 - qs) ** width
         expected_len = torch.cumprod(p, dim=-1).sum()
-        (grad,) = torch.autograd.grad(expected_len, logq)
+        (grad,) = torch.autograd.grad(expected_len, log_qs)
         w = tree_weights(q, sup, alpha, width)
         assert torch.allclose(w[..., 1:], grad[..., 1:], atol=1e-5), (width, alpha)
         assert (w[..., 0] == 0).all() and (w[~sup] == 0).all()
+
+
+def test_tree_weights_do_not_vanish_for_a_fresh_drafter():
+    """A fresh drafter gives its labels q ~ 1/vocab; the weights must still be of order one (smoothed q')."""
+    q = torch.full((1, 2, 8), 1e-5)
+    sup = torch.ones_like(q, dtype=torch.bool)
+    w = tree_weights(q, sup, 0.5, 4)[..., 1:]
+    assert (w > 0.05).all(), w
+    assert torch.allclose(tree_weights(q, sup, 0.5, 1), dpace_weights(q, sup, 0.5))  # width 1 is D-PACE
 
 
 def test_tree_of_width_one_without_smoothing_is_dpace():

@@ -241,15 +241,18 @@ def tree_weights(q: torch.Tensor, supervised: torch.Tensor, alpha: float, width:
 
     A tree that keeps ``width`` candidates per depth accepts slot i with probability about
     p_i = 1 - (1 - q'_i) ** width (q'_i = (1 - alpha) q_i + alpha). Slot k gets the gradient of
-    E[len] = sum_j prod_{i <= j} p_i with respect to log q_k:
-    (sum_{j >= k} prod_{i <= j} p_i) * width (1 - q'_k) ** (width - 1) (1 - alpha) q_k / p_k.
-    width = 1 is a chain (D-PACE up to the smoothing factor). Slot 0 gets 0.
+    E[len] = sum_j prod_{i <= j} p_i with respect to log q'_k, as D-PACE does:
+    (sum_{j >= k} prod_{i <= j} p_i) * width (1 - q'_k) ** (width - 1) q'_k / p_k.
+    width = 1 is D-PACE. (The gradient with respect to log q_k carries one more factor
+    (1 - alpha) q_k / q'_k, which vanishes with q_k: a fresh drafter, q ~ 1/vocab, then gets weights
+    ~1e-4 and learns nothing; measured on Gemma-3-270M, training accuracy 0.005 at step 20 against
+    0.11 for the other weightings.) Slot 0 gets 0.
     """
     qs = torch.where(supervised, (1 - alpha) * q + alpha, torch.zeros_like(q))[..., 1:]  # [b, A, B-1]
     p = 1 - (1 - qs).clamp(min=0) ** width
     prefix = torch.cumprod(p, dim=-1)
     tail = prefix.flip(-1).cumsum(-1).flip(-1)  # sum_{j >= k} prod_{i <= j} p_i
-    dp = width * (1 - qs).clamp(min=0) ** (width - 1) * (1 - alpha) * q[..., 1:]  # dp_k / dlog q_k
+    dp = width * (1 - qs).clamp(min=0) ** (width - 1) * qs  # dp_k / dlog q'_k
     w = torch.where(p > 0, tail * dp / p.clamp(min=1e-12), torch.zeros_like(p)) * supervised[..., 1:]
     return torch.cat([torch.zeros_like(q[..., :1]), w], dim=-1).detach()  # [b, A, B]
 
