@@ -9,7 +9,7 @@ Stages (``--stages``, comma-separated):
 3. train    - with ``--offline``, ``flashdraft.train.features.write_features`` first caches the
               target's features of layers [1, 8, 15] once (bf16 shards, resumable); then
               ``flashdraft.train`` (the same code as ``flashdraft train``) with
-              ``recipes/gemma3_270m_dflash.yaml``: 1 layer, block 8, an 8192-token draft vocabulary.
+              ``recipes/gemma3_270m_dflash.yaml``: 2 layers, block 8, an 8192-token draft vocabulary.
 4. eval     - greedy DFlash and DDTree (budget 32) decoding of 8 held-out HumanEval prompts x 48
               tokens with the exported drafter: tau (tokens per verify round, bonus included) and
               per-position acceptance.
