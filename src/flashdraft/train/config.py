@@ -101,6 +101,10 @@ class TrainConfig(Section):
         "per-slot accuracy, the context ablation and the n-gram baselines (at eval_every steps and at the end)",
     )
     holdout_max: int = Field(64, ge=1, description="at most this many held-out sequences are scored")
+    holdout_walk: int = Field(
+        16, ge=0, description="on this many held-out sequences, draft at every anchor and walk them as a greedy "
+        "decoder does (rounds start after each miss): 'walk tau', what real decoding measures; 0 = off",
+    )
     train_sequences: int | None = Field(
         None, ge=1, description="train on this many of the sequences left after the hold-out (a seeded draw; "
         "the held-out set and a feature cache stay the same), for a learning curve over data size",

@@ -349,13 +349,16 @@ class Trainer:
             with v.eval_weights():
                 rep = heldout_report(v.objective, self.heldout,
                                      lambda b, rows: self._features_of(b, rows, ids, v.objective.wants_final(v.cfg)),
-                                     self._ngram, batch_size=self.cfg.batch_size, seed=self.cfg.seed)
+                                     self._ngram, batch_size=self.cfg.batch_size, seed=self.cfg.seed,
+                                     walk=self.cfg.holdout_walk)
             rec = {"step": self.step, "kind": "heldout", "heldout_seconds": time.perf_counter() - t0,
                    "n_anchors": rep["n_anchors"], "ablation_ratio": rep["ablation_ratio"],
-                   "ignores_context": rep["ignores_context"]}
+                   "ignores_context": rep["ignores_context"], "walk_rounds": rep.get("walk_rounds", 0)}
             for name, m in rep.items():
                 if isinstance(m, dict):
                     rec[f"{name}_acc_per_slot"], rec[f"{name}_tau_proxy"] = m["acc_per_slot"], m["tau_proxy"]
+                    if "walk_tau" in m:
+                        rec[f"{name}_walk_tau"] = m["walk_tau"]
             self._log(rec, v)
             self._say(f"[{v.label}] " + format_report(rep, self.step))
             out[v.label] = rep

@@ -181,8 +181,9 @@ class DraftHead:
 
 
 def _chunk_loss(head, h, labels, teacher_h, kind: str, rows=None):
-    """Per-row loss [m], the drafter's detached log-probability of the reference token [m] and
-    argmax hits [m] for one chunk of rows (recomputed in backward under checkpointing)."""
+    """Per-row loss [m], the drafter's detached log-probability of the reference token [m], argmax
+    hits [m] and the argmax itself [m] (head ids) for one chunk of rows (recomputed in backward under
+    checkpointing)."""
     logits = head(h, rows)  # [m, V] fp32 (V = len(rows) for a sampled vocabulary, Vd for a draft vocabulary)
     if kind == "ce":
         per_row = F.cross_entropy(logits, labels, reduction="none")  # [m]
@@ -194,7 +195,8 @@ def _chunk_loss(head, h, labels, teacher_h, kind: str, rows=None):
         per_row = (t_logp.exp() * (t_logp - logp)).sum(-1)  # KL(target || drafter)
         ref = t_logp.argmax(-1)
         logq = logp.detach().gather(1, ref[:, None])[:, 0]
-    return per_row, logq, logits.argmax(-1) == ref
+    arg = logits.detach().argmax(-1)
+    return per_row, logq, arg == ref, arg
 
 
 def chunked_rows(fn: Callable[..., tuple], n_rows: int, chunk: int, checkpointed: bool,
@@ -264,6 +266,7 @@ class StepOutput:
     weight_sum: float
     correct: torch.Tensor  # [b, A, B] bool: drafter argmax == label (False where weight 0)
     blocks: Blocks
+    pred: torch.Tensor  # [b, A, B] long: the drafter's argmax as target ids (-1 where weight 0)
 
 
 class BlockMetrics:
@@ -388,9 +391,10 @@ class DFlashObjective(BlockMetrics):
             init_norm_from_target(drafter, target)
         return drafter
 
-    def blocks(self, batch: Batch) -> Blocks:
-        """Anchors, labels and static weights of a micro-batch; ``norm`` is its share of the normaliser."""
-        anchors, valid = sample_anchors(batch, self.max_anchors)
+    def blocks(self, batch: Batch, every_anchor: bool = False) -> Blocks:
+        """Anchors, labels and static weights of a micro-batch; ``norm`` is its share of the normaliser.
+        ``every_anchor``: every position that can anchor a block, not ``max_anchors`` drawn ones."""
+        anchors, valid = sample_anchors(batch, batch.input_ids.shape[1] if every_anchor else self.max_anchors)
         bl = block_targets(batch, anchors, valid, self.drafter.block_size, self.gamma)
         if self.draft_vocab:  # a label outside the draft vocabulary can never be drafted: no loss there
             bl.weights = bl.weights * self.drafter.t2d[bl.labels].to(bl.weights.dtype)
@@ -453,11 +457,15 @@ class DFlashObjective(BlockMetrics):
             labels = d.t2d_index()[labels]  # [m] draft ids (every selected label is in the draft vocabulary)
         outs = chunked_rows(_chunk_loss, rows.shape[0], self.chunk, self.checkpoint_lm_head, lambda c: (
             head, rows[c], labels[c], None if teacher is None else teacher[c], self.loss_kind, vocab_rows))
-        per_row, logq, hits = ([o[i] for o in outs] for i in range(3))
+        per_row, logq, hits, args = ([o[i] for o in outs] for i in range(4))
         correct = torch.zeros_like(sel)
+        pred = torch.full_like(blocks.labels, -1)
         if per_row:
             per_row_t = torch.cat(per_row)  # [m]
             correct[sel] = torch.cat(hits)
+            arg = torch.cat(args)  # [m] head ids: sampled-vocabulary rows, draft ids or target ids
+            pred[sel] = vocab_rows[arg] if vocab_rows is not None else (
+                head.ids[arg] if self.draft_vocab else arg)
         else:
             per_row_t = h.new_zeros(0, dtype=torch.float32)
         if self.position_weights in SELF_WEIGHTS:
@@ -479,7 +487,7 @@ class DFlashObjective(BlockMetrics):
                 f"{target.name} and the learning rate"
             )
         ws = float(weights.sum())
-        return StepOutput(total / max(normaliser, 1e-12), float(total.detach()), ws, correct, blocks)
+        return StepOutput(total / max(normaliser, 1e-12), float(total.detach()), ws, correct, blocks, pred)
 
 
 def acceptance_metrics(correct: torch.Tensor, weights: torch.Tensor) -> dict[str, float | list[float]]:

@@ -102,8 +102,9 @@ class Eagle3Objective(BlockMetrics):
             init_norm_from_target(drafter, target)
         return drafter
 
-    def blocks(self, batch: Batch) -> Blocks:
-        """Every position t >= 1 whose predecessor is in its document anchors a block of ttt_steps slots."""
+    def blocks(self, batch: Batch, every_anchor: bool = True) -> Blocks:
+        """Every position t >= 1 whose predecessor is in its document anchors a block of ttt_steps slots
+        (so ``every_anchor`` changes nothing)."""
         b, T = batch.input_ids.shape
         dev = batch.input_ids.device
         anchors = torch.arange(1, max(T, 2), device=dev).clamp_max(T - 1).expand(b, -1).contiguous()  # [b, T - 1]
@@ -167,10 +168,12 @@ class Eagle3Objective(BlockMetrics):
                             lambda c: (d.lm_head, d.norm, rows[c], small[c]))
         per_row, d_arg, t_arg = ([o[i] for o in outs] for i in range(3))
         correct = torch.zeros_like(sel)
+        pred = torch.full_like(blocks.labels, -1)
         if per_row:
             kept = keep  # [m] bool
             per_row_t = torch.cat(per_row) * kept
             correct[sel] = (torch.cat(d_arg) == torch.cat(t_arg)) & kept
+            pred[sel] = ids[torch.cat(d_arg)]  # draft ids -> target ids
         else:
             per_row_t = rows.new_zeros(0, dtype=torch.float32)
         weights = blocks.weights[sel]
@@ -178,4 +181,5 @@ class Eagle3Objective(BlockMetrics):
         if not torch.isfinite(total):
             raise TrainError(f"non-finite loss ({float(total.detach())}): check the drafter weights, the features of "
                              f"target {target.name} and the learning rate")
-        return StepOutput(total / max(normaliser, 1e-12), float(total.detach()), float(weights.sum()), correct, blocks)
+        return StepOutput(total / max(normaliser, 1e-12), float(total.detach()), float(weights.sum()), correct, blocks,
+                          pred)

@@ -9,9 +9,11 @@ An objective owns everything family-specific about a training step, so the loop
 * ``wants_final(cfg)``: whether a step needs the target's final hidden states (online or cached);
   ``feature_layer_ids(target, cfg)``: the target layers a fresh drafter reads; ``eval_method``: the
   decoding method the loop's real-decoding eval runs;
-* ``blocks(batch)``: the micro-batch's random draws and static weights, with ``.norm`` (its share of
-  the step's loss normaliser, known before any forward);
-* ``__call__(batch, blocks, normaliser, features, final_h, seed)``: a step output with a backward-ready ``loss``;
+* ``blocks(batch, every_anchor)``: the micro-batch's random draws and static weights, with ``.norm`` (its
+  share of the step's loss normaliser, known before any forward); ``every_anchor`` blocks at every
+  position that can anchor one (the held-out decode walk);
+* ``__call__(batch, blocks, normaliser, features, final_h, seed)``: a step output with a backward-ready
+  ``loss``, ``correct`` [b, A, B] and ``pred`` [b, A, B] (the drafter's argmax as target ids);
 * ``metrics(out, batch, blocks)``: named sum/total pairs (float64 tensors [2] or [2, n]) that ranks and
   micro-batches add up, and ``summary(sums, normaliser)``: the logged numbers from those sums (at least
   ``loss`` and ``tokens``; ``acc`` and ``tau_proxy`` show in the progress bar when present).
@@ -43,7 +45,7 @@ class Objective(Protocol):
     @classmethod
     def feature_layer_ids(cls, target, cfg) -> list[int]: ...
 
-    def blocks(self, batch) -> Any: ...
+    def blocks(self, batch, every_anchor: bool = False) -> Any: ...
 
     def __call__(self, batch, blocks, normaliser: float, features=None, final_h=None, seed: int | None = None) -> Any: ...
 

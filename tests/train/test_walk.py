@@ -1,0 +1,100 @@
+"""The held-out decode walk: rounds anchored where a greedy decoder anchors them, so its tau is the tau
+real decoding measures (which the mean over random anchors, ``tau_proxy``, overstates)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashdraft.decode import build_decoder
+from flashdraft.models.drafter import load_drafter
+from flashdraft.models.forward import target_pass
+from flashdraft.train.config import TrainConfig
+from flashdraft.train.data import Example, collate
+from flashdraft.train.diagnostics import NgramBaseline, heldout_report, walk_batch, walk_taus
+from flashdraft.train.loop import Trainer
+from tests.tiny import MASK_ID, hf_greedy, random_prompts, tiny_target
+
+PROMPT, NEW, BLOCK = 6, 40, 4
+
+
+def test_walk_taus_anchor_after_each_round():
+    # one row, anchors 0..9; accepted slots per anchor (block of 4: at most 3)
+    chain = [2, 0, 1, 3, 0, 1, 0, 0, 2, 0]
+    correct = torch.zeros(1, 10, BLOCK, dtype=torch.bool)
+    for a, c in enumerate(chain):
+        correct[0, a, 1 : 1 + c] = True
+        if c < BLOCK - 1:
+            correct[0, a, 2 + c :] = True  # hits after the first miss never count
+    weights = torch.ones(1, 10, BLOCK)
+    weights[..., 0] = 0
+    anchors = torch.arange(10)[None]
+    valid = torch.ones(1, 10, dtype=torch.bool)
+    # anchor 0 accepts 2 (tau 3) -> anchor 3 accepts 3 (tau 4) -> anchor 7 (tau 1) -> 8 (tau 3) -> past the end
+    assert walk_taus(correct, weights, anchors, valid) == [3, 4, 1, 3]
+    valid[0, 7] = False  # a position that cannot anchor: the next round anchors at the next one that can
+    assert walk_taus(correct, weights, anchors, valid) == [3, 4, 3]
+
+
+def greedy_examples(target, n: int, seed: int) -> list[Example]:
+    out = []
+    for i, p in enumerate(random_prompts(n, PROMPT, seed=seed)):
+        cont = hf_greedy(target, p, NEW + BLOCK)
+        out.append(Example(token_ids=p + cont, loss_mask=[0] * PROMPT + [1] * len(cont), index=i))
+    return out
+
+
+FAMILIES = {
+    "dflash": dict(num_layers=1, target_layer_ids=[1, 3], max_anchors=16),
+    "eagle3": dict(objective="eagle3", ttt_steps=BLOCK - 1, target_layer_ids=[1, 2, 3], draft_vocab_size=64),
+}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def trained(request, tmp_path_factory):
+    """A tiny drafter of each family trained on the tiny target's own greedy continuations (which loop,
+    then move on, so it accepts several tokens a round), saved and loaded as decoding loads it."""
+    target = tiny_target("qwen3", initializer_range=0.1)
+    cfg = TrainConfig(
+        target="tiny", out_dir=str(tmp_path_factory.mktemp("walk")), block_size=BLOCK, mask_token_id=MASK_ID,
+        max_len=64, batch_size=8, max_steps=300, lr=3e-3, warmup_ratio=0.05, save_every=1000, progress=False,
+        tensorboard=False, seed=0, **FAMILIES[request.param],
+    )
+    tr = Trainer(cfg, target=target, examples=greedy_examples(target, 48, seed=0))
+    res = tr.run()
+    drafter = load_drafter(res.final_drafter, target)
+    return target, type(tr.variants[0].objective).from_config(drafter, cfg)
+
+
+def test_walk_tau_is_what_greedy_decoding_measures(trained):
+    target, objective = trained
+    drafter = objective.drafter
+    dec = build_decoder(objective.eval_method, target, drafter)
+    real, walked = [], []
+    for ex in greedy_examples(target, 6, seed=1):  # prompts never trained on
+        g = dec.generate(ex.token_ids[:PROMPT], NEW)
+        assert g.tokens == ex.token_ids[PROMPT : PROMPT + len(g.tokens)]  # lossless: the same greedy sequence
+        batch = collate([[ex]], [0])
+        feats, final = target_pass(target, batch, drafter.target_layer_ids, want_final=True)
+        taus = walk_batch(objective, batch, feats, final)["drafter"]
+        n = 0  # compare the rounds real decoding ran in full (the walk goes on to the data's end)
+        while n < len(g.stats.taus) and sum(g.stats.taus[: n + 1]) <= NEW - BLOCK:
+            n += 1
+        real += g.stats.taus[:n]
+        walked += taus[:n]
+    assert len(real) >= 30
+    assert sum(real) / len(real) > 1.2, real  # the drafter accepts: the comparison is not all tau 1
+    assert walked == real
+
+
+def test_heldout_report_walks_the_drafter_and_the_baselines(trained):
+    target, objective = trained
+    examples = greedy_examples(target, 6, seed=1)
+    ngram = NgramBaseline(greedy_examples(target, 48, seed=0))
+    ids = objective.drafter.target_layer_ids
+    rep = heldout_report(objective, examples, lambda b, rows: target_pass(target, b, ids, True), ngram,
+                         batch_size=4, walk=6)
+    assert rep["walk_rounds"] >= 6 * NEW // BLOCK
+    assert all(1.0 <= rep[k]["walk_tau"] <= BLOCK for k in ("drafter", "bigram", "prompt_lookup"))
+    # rounds start right after a miss: the walk is below the mean over random anchors
+    assert rep["drafter"]["walk_tau"] < rep["drafter"]["tau_proxy"]
