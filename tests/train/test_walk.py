@@ -13,6 +13,7 @@ from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import Example, collate
 from flashdraft.train.diagnostics import NgramBaseline, heldout_report, walk_batch, walk_taus
 from flashdraft.train.loop import Trainer
+from flashdraft.train.objectives import objective_class
 from tests.tiny import MASK_ID, hf_greedy, random_prompts, tiny_target
 
 PROMPT, NEW, BLOCK = 6, 40, 4
@@ -60,14 +61,14 @@ def trained(request, tmp_path_factory):
         max_len=64, batch_size=8, max_steps=300, lr=3e-3, warmup_ratio=0.05, save_every=1000, progress=False,
         tensorboard=False, seed=0, **FAMILIES[request.param],
     )
-    tr = Trainer(cfg, target=target, examples=greedy_examples(target, 48, seed=0))
-    res = tr.run()
+    train = greedy_examples(target, 48, seed=0)
+    res = Trainer(cfg, target=target, examples=train).run()
     drafter = load_drafter(res.final_drafter, target)
-    return target, type(tr.variants[0].objective).from_config(drafter, cfg)
+    return target, objective_class(cfg.objective).from_config(drafter, cfg), train
 
 
 def test_walk_tau_is_what_greedy_decoding_measures(trained):
-    target, objective = trained
+    target, objective, _ = trained
     drafter = objective.drafter
     dec = build_decoder(objective.eval_method, target, drafter)
     real, walked = [], []
@@ -88,9 +89,9 @@ def test_walk_tau_is_what_greedy_decoding_measures(trained):
 
 
 def test_heldout_report_walks_the_drafter_and_the_baselines(trained):
-    target, objective = trained
+    target, objective, train = trained
     examples = greedy_examples(target, 6, seed=1)
-    ngram = NgramBaseline(greedy_examples(target, 48, seed=0))
+    ngram = NgramBaseline(train)
     ids = objective.drafter.target_layer_ids
     rep = heldout_report(objective, examples, lambda b, rows: target_pass(target, b, ids, True), ngram,
                          batch_size=4, walk=6)
