@@ -24,7 +24,7 @@ from flashdraft.bench.decode_bench import load_prompt_set
 from flashdraft.models.forward import target_pass
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import Example
-from flashdraft.train.diagnostics import NgramBaseline, format_report, heldout_report
+from flashdraft.train.diagnostics import format_report, heldout_report
 from flashdraft.train.evaluate import evaluate_tau
 from flashdraft.train.loop import Trainer
 
@@ -62,7 +62,7 @@ def main() -> None:
         ex = humaneval_examples(target, a.humaneval, a.new_tokens)
         ids = v.drafter.target_layer_ids
         rep = heldout_report(v.objective, ex, lambda b, rows: target_pass(target, b, ids, v.objective.wants_final(cfg)),
-                             NgramBaseline(trainer.examples), batch_size=4, walk=len(ex))
+                             trainer.ngram, batch_size=4, walk=len(ex))
         print(f"target's greedy HumanEval continuations ({a.humaneval} prompts):")
         print(format_report(rep, trainer.step))
         prompts = [e.token_ids[: e.loss_mask.index(1)] for e in ex]

@@ -336,12 +336,17 @@ class Trainer:
             out[v.label] = res
         return out
 
+    @property
+    def ngram(self) -> NgramBaseline:
+        """The n-gram / prompt-lookup baselines fitted on the training sequences (fitted once, on first use)."""
+        if getattr(self, "_ngram", None) is None:
+            self._ngram = NgramBaseline(self.examples)
+        return self._ngram
+
     def diagnose(self) -> dict[str, dict] | None:
         """Held-out per-slot accuracy, context ablation and n-gram baselines of every variant (cfg.holdout)."""
         if not self.heldout or not self.is_main:
             return None
-        if getattr(self, "_ngram", None) is None:
-            self._ngram = NgramBaseline(self.examples)
         out = {}
         for v in self.variants:
             t0 = time.perf_counter()
@@ -349,7 +354,7 @@ class Trainer:
             with v.eval_weights():
                 rep = heldout_report(v.objective, self.heldout,
                                      lambda b, rows: self._features_of(b, rows, ids, v.objective.wants_final(v.cfg)),
-                                     self._ngram, batch_size=self.cfg.batch_size, seed=self.cfg.seed,
+                                     self.ngram, batch_size=self.cfg.batch_size, seed=self.cfg.seed,
                                      walk=self.cfg.holdout_walk)
             rec = {"step": self.step, "kind": "heldout", "heldout_seconds": time.perf_counter() - t0,
                    "n_anchors": rep["n_anchors"], "ablation_ratio": rep["ablation_ratio"],
