@@ -7,10 +7,11 @@ drafter model records every drafter pass: the query it is given (ids, positions)
 computes for them, the target features it receives, and its drafts. Writes one JSON file (and the
 recorded tensors next to it, ``OUT_JSON.embeds.pt`` and ``OUT_JSON.tensors.pt``).
 
-usage: vllm_driver.py TARGET_DIR DRAFTER_DIR PROMPTS_JSON MAX_TOKENS OUT_JSON [MODEL_IMPL [METHOD [K]]]
+usage: vllm_driver.py TARGET_DIR DRAFTER_DIR PROMPTS_JSON MAX_TOKENS OUT_JSON [MODEL_IMPL [METHOD [K [DTYPE]]]]
 
 METHOD is vLLM's speculative method (``dflash``, the default, or ``eagle3``); K is
-num_speculative_tokens (default: block_size - 1 from the drafter's config.json).
+num_speculative_tokens (default: block_size - 1 from the drafter's config.json); DTYPE the engine's dtype
+(``bfloat16``, the default, or ``float32``).
 """
 
 from __future__ import annotations
@@ -84,10 +85,10 @@ def spec_metrics(llm) -> dict:
 
 
 def run(target: str, drafter: str | None, prompts: list[list[int]], max_tokens: int, method: str, k: int,
-        impl: str) -> dict:
+        impl: str, dtype: str = "bfloat16") -> dict:
     from vllm import LLM, SamplingParams
 
-    kw = dict(model=target, dtype="bfloat16", enforce_eager=True, max_model_len=512, max_num_seqs=1, seed=0,
+    kw = dict(model=target, dtype=dtype, enforce_eager=True, max_model_len=512, max_num_seqs=1, seed=0,
               model_impl=impl, disable_log_stats=False)
     if drafter:
         kw["speculative_config"] = {"method": method, "model": drafter, "num_speculative_tokens": k}
@@ -110,16 +111,17 @@ def main() -> None:
         k = int(sys.argv[8])
     else:
         k = json.loads(open(os.path.join(drafter, "config.json")).read()).get("block_size", 16) - 1
+    dtype = sys.argv[9] if len(sys.argv) > 9 else "bfloat16"
     prompts = json.loads(open(prompts_json).read())
     HOOKS[method]()
-    plain = run(target, None, prompts, int(max_tokens), method, k, impl)
-    spec = run(target, drafter, prompts, int(max_tokens), method, k, impl)
+    plain = run(target, None, prompts, int(max_tokens), method, k, impl, dtype)
+    spec = run(target, drafter, prompts, int(max_tokens), method, k, impl, dtype)
     import torch
 
     torch.save(RECORD["embeds"], out_json + ".embeds.pt")
     torch.save({"embeds": RECORD["embeds"], "features": RECORD["features"]}, out_json + ".tensors.pt")
     with open(out_json, "w") as f:
-        json.dump({"plain": plain, "spec": spec, "rounds": RECORD["rounds"], "model_impl": impl, "method": method,
+        json.dump({"plain": plain, "spec": spec, "rounds": RECORD["rounds"], "model_impl": impl, "method": method, "dtype": dtype,
                    "num_speculative_tokens": k}, f)
 
 

@@ -1,0 +1,91 @@
+"""A drafter folder exported ``--to vllm`` and served by the installed vLLM build on real prompts: vLLM's
+acceptance next to flashdraft's own chain decoder's, and both outputs against plain greedy.
+
+The serve tests (``tests/export/test_vllm_serve.py``, ``test_vllm_eagle3_serve.py``) prove the format on
+three short prompts; this runs any drafter (the shipped assets included) on the first ``--limit``
+HumanEval prompts, with the num_speculative_tokens the export's manifest names (the drafter's own: block
+size - 1 for DFlash, max_depth for EAGLE-3). One subprocess (``tests/export/vllm_driver.py``) runs plain
+greedy and then speculative greedy, eager, Transformers model implementation (which gives Gemma-3 the
+auxiliary hidden states EAGLE-3 needs), in ``--dtype`` (bf16 as served; fp32 takes bf16 near-ties between
+vLLM's kernels and HF's out of the comparison). flashdraft's chain runs on the same target in the same dtype.
+
+    python experiments/export_vllm_check.py assets/gemma-3-270m-eagle3 --limit 8 --max-tokens 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from flashdraft.bench.decode_bench import decode_methods, load_prompt_set
+from flashdraft.decode import build_decoder
+from flashdraft.export.formats import MANIFEST, export_drafter
+from flashdraft.models.drafter import load_drafter
+from flashdraft.models.target import embedded_target_dir, load_target
+
+DRIVER = Path(__file__).resolve().parents[1] / "tests" / "export" / "vllm_driver.py"
+
+
+def same_prefix(a: list[int], b: list[int]) -> bool:
+    """Equal over the shorter one's length (flashdraft stops at the end-of-turn token; the driver ignores it)."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("drafter", help="a flashdraft drafter folder (DFlash or EAGLE-3)")
+    ap.add_argument("--limit", type=int, default=8, help="the first N HumanEval prompts, as bench decode reads them")
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="the target's dtype in both engines")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    target = load_target("gemma-3-270m", dtype=a.dtype)
+    prompts = [target.encode(p) for p in load_prompt_set("humaneval", a.limit)[1]]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = export_drafter(a.drafter, "vllm", Path(tmp) / "drafter", target, str(embedded_target_dir()),
+                             serve_dtype=a.dtype).out
+        spec = json.loads((out / MANIFEST).read_text())["speculative_config"]
+        k = spec["num_speculative_tokens"]
+        (Path(tmp) / "prompts.json").write_text(json.dumps(prompts))
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", OMP_NUM_THREADS=str(a.threads),
+                   VLLM_CPU_OMP_THREADS_BIND="nobind")
+        cmd = [sys.executable, str(DRIVER), str(embedded_target_dir()), str(out), str(Path(tmp) / "prompts.json"),
+               str(a.max_tokens), str(Path(tmp) / "result.json"), "transformers", spec["method"], str(k), a.dtype]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"vLLM driver failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        res = json.loads((Path(tmp) / "result.json").read_text())
+
+    plain, served, m = res["plain"]["outputs"], res["spec"]["outputs"], res["spec"]["metrics"]
+    drafter = load_drafter(a.drafter, target)
+    dec = build_decoder(decode_methods(drafter)[0], target, drafter, budget=k)
+    ours, rounds, accepted = [], 0, 0
+    for p in prompts:
+        g = dec.generate(p, a.max_tokens)
+        ours.append(g.tokens)
+        rounds += len(g.stats.taus)
+        accepted += sum(t - 1 for t in g.stats.taus)
+    theirs_rate = m["num_accepted_tokens"] / m["num_draft_tokens"]
+    ours_rate = accepted / (rounds * k)
+    print(f"{a.drafter}: vLLM method {spec['method']!r}, num_speculative_tokens {k}, {len(prompts)} HumanEval "
+          f"prompts x {a.max_tokens} tokens, {a.dtype} target")
+    print("| engine | acceptance rate (accepted / drafted) | tau (1 + accepted per round) | rounds | output == vLLM plain |")
+    print("|---|---|---|---|---|")
+    print(f"| vLLM | {theirs_rate:.3f} | {1 + m['num_accepted_tokens'] / m['num_drafts']:.2f} | {m['num_drafts']} | "
+          f"{sum(same_prefix(s, q) for s, q in zip(served, plain))}/{len(prompts)} |")
+    print(f"| flashdraft | {ours_rate:.3f} | {1 + accepted / rounds:.2f} | {rounds} | "
+          f"{sum(same_prefix(o, q) for o, q in zip(ours, plain))}/{len(prompts)} |")
+    print(f"relative gap in acceptance rate: {abs(theirs_rate - ours_rate) / ours_rate:.1%}")
+
+
+if __name__ == "__main__":
+    main()
