@@ -21,6 +21,7 @@ import random
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -336,12 +337,10 @@ class Trainer:
             out[v.label] = res
         return out
 
-    @property
+    @cached_property
     def ngram(self) -> NgramBaseline:
         """The n-gram / prompt-lookup baselines fitted on the training sequences (fitted once, on first use)."""
-        if getattr(self, "_ngram", None) is None:
-            self._ngram = NgramBaseline(self.examples)
-        return self._ngram
+        return NgramBaseline(self.examples)
 
     def diagnose(self) -> dict[str, dict] | None:
         """Held-out per-slot accuracy, context ablation and n-gram baselines of every variant (cfg.holdout)."""
