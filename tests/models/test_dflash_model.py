@@ -133,3 +133,22 @@ def test_draft_vocabulary_scores_build_the_trees_the_full_logits_build(target):
         for p in random_prompts(2, 10, seed=4):
             got = build_decoder(method, target, d, budget=8).generate(p, 20).tokens
             assert_same_tokens(target, p, got, hf_greedy(target, p, 20), f"{method}/draft vocabulary")
+
+
+def test_grow_layers_drafts_exactly_as_before_until_trained(target):
+    d = DFlashDrafter.for_target(target, num_layers=1, block_size=8, mask_token_id=MASK_ID, seed=3)
+    d.set_feature_scale(torch.rand(d.fc.in_features) + 0.5)  # the scale is not in the state dict: it must carry over
+    g = d.grow_layers(3)
+    assert len(g.layers) == 3 and g.cfg.num_hidden_layers == 3 and g.cfg.layer_types == ["full_attention"] * 3
+    assert all(torch.equal(a, b) for a, b in zip(d.layers[0].parameters(), g.layers[0].parameters()))
+    assert all(float(layer.self_attn.q_proj.weight.detach().abs().sum()) > 0 for layer in g.layers[1:])  # trainable, not dead
+    toks = torch.tensor(random_prompts(1, 12)[0])
+    feats = torch.randn(11, d.fc.in_features)
+    d.reset(), g.reset()
+    assert torch.equal(d.propose(toks, feats), g.propose(toks, feats))
+    with torch.no_grad():
+        g.layers[2].mlp.down_proj.weight.normal_()
+    d.reset(), g.reset()
+    assert not torch.equal(d.propose(toks, feats), g.propose(toks, feats))  # the added layer is in the path
+    with pytest.raises(DrafterError, match="cannot grow a 3-layer drafter to 2 layers"):
+        g.grow_layers(2)

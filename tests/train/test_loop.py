@@ -145,3 +145,16 @@ def test_train_sequences_subsets_the_training_side_only(tmp_path):
     assert ids(again.examples) == ids(sub.examples)
     with pytest.raises(TrainError, match="train_sequences 10 is more than the 9 training sequences"):
         Trainer(make_cfg(tmp_path, data, holdout=0.25, train_sequences=10, out_dir=str(tmp_path / "d")), target=target)
+
+
+def test_init_from_a_shallower_drafter_grows_it_and_starts_from_its_function(tmp_path, data):
+    target = tiny_target("qwen3")
+    one = Trainer(make_cfg(tmp_path / "one", data, max_steps=2), target=target).run()
+    same = Trainer(make_cfg(tmp_path / "a", data, init_from=str(one.final_drafter)), target=target)
+    deeper = Trainer(make_cfg(tmp_path / "b", data, init_from=str(one.final_drafter), num_layers=3), target=target)
+    assert len(same.variants[0].drafter.layers) == 1 and len(deeper.variants[0].drafter.layers) == 3
+    a, b = same.run(stop_after=1), deeper.run()
+    assert b.losses[1] == pytest.approx(a.losses[1], rel=1e-5)  # identical function at the first step
+    exported = DFlashDrafter.from_pretrained(b.final_drafter, target)
+    assert exported.cfg.num_hidden_layers == 3
+    assert float(exported.layers[2].mlp.down_proj.weight.detach().abs().sum()) > 0  # trained from zero

@@ -19,7 +19,9 @@ class TrainConfig(Section):
     device: str = Field("auto", description="auto: this rank's GPU (LOCAL_RANK) if CUDA is there, else cpu")
     target_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     objective: str = Field("dflash", description="training objective (and drafter family) from the objective registry")
-    init_from: str | None = Field(None, description="start from this drafter folder instead of a fresh one")
+    init_from: str | None = Field(None, description=(
+        "start from this drafter folder instead of a fresh one; a DFlash drafter with fewer layers than "
+        "num_layers grows to num_layers, the added layers starting as identity"))
     num_layers: int = Field(1, ge=1)
     block_size: int = Field(16, ge=2)
     target_layer_ids: list[int] | None = None

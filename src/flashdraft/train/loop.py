@@ -76,6 +76,9 @@ class Variant:
             self.drafter = load_drafter(self.resume_from / "drafter", target)
         elif cfg.init_from:
             self.drafter = load_drafter(cfg.init_from, target)
+            grow = getattr(self.drafter, "grow_layers", None)
+            if grow is not None and cfg.num_layers > len(self.drafter.layers):  # deeper: added layers start as identity
+                self.drafter = grow(cfg.num_layers)
         else:
             self.drafter = objective.new_drafter(target, cfg, examples)
         self.drafter.float().train()

@@ -129,6 +129,30 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
             drafter.set_draft_vocab(draft_vocab)
         return drafter
 
+    def grow_layers(self, num_layers: int) -> "DFlashDrafter":
+        """A deeper copy of this drafter that drafts exactly as it does: its layers and every other weight
+        kept, ``num_layers - len(self.layers)`` layers added on top (the last layer's type) whose output
+        projections (``o_proj``, ``down_proj``) start at zero, so each adds nothing to the residual stream
+        until training moves it. Bound to the same target."""
+        have = len(self.layers)
+        if num_layers < have:
+            raise DrafterError(f"cannot grow a {have}-layer drafter to {num_layers} layers; num_layers must be >= {have}")
+        types = list(self.cfg.layer_types) + [self.cfg.layer_types[-1]] * (num_layers - have)
+        cfg = self.cfg.model_copy(update={"num_hidden_layers": num_layers, "layer_types": types})
+        ref = self.fc.weight
+        with torch.random.fork_rng():
+            torch.manual_seed(num_layers)
+            grown = type(self)(cfg).to(device=ref.device, dtype=ref.dtype)
+        missing, unexpected = grown.load_state_dict(self.state_dict(), strict=False)
+        if unexpected or any(not k.startswith(tuple(f"layers.{i}." for i in range(have, num_layers))) for k in missing):
+            raise DrafterError(f"growing the drafter left weights unmatched: missing {missing[:8]}, unexpected {unexpected[:8]}")
+        grown.feature_scale.copy_(self.feature_scale)  # not in the state dict (folded into fc on save)
+        grown._has_scale = self._has_scale
+        for layer in grown.layers[have:]:
+            nn.init.zeros_(layer.self_attn.o_proj.weight)
+            nn.init.zeros_(layer.mlp.down_proj.weight)
+        return grown.bind(self.target) if self._target is not None else grown
+
     def check_fits(self, target: Target) -> None:
         """Refuse a target whose width, vocabulary, depth or mask token do not match this drafter."""
         check_target_fit(self.cfg, target, borrows="embedding and LM head")
