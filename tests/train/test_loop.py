@@ -147,6 +147,23 @@ def test_train_sequences_subsets_the_training_side_only(tmp_path):
         Trainer(make_cfg(tmp_path, data, holdout=0.25, train_sequences=10, out_dir=str(tmp_path / "d")), target=target)
 
 
+def test_scored_heldout_is_a_sample_of_every_data_file(tmp_path):
+    """With several data files (or one written in blocks), the held-out sequences that are scored
+    (holdout_max of them) are drawn from the whole held-out set, not its lowest-numbered ones (the first file)."""
+    first = write_data(tmp_path / "first.jsonl", n=16, seed=1, short=0)
+    second = write_data(tmp_path / "second.jsonl", n=16, seed=2, short=0)
+    second_ids = {tuple(json.loads(l)["token_ids"]) for l in second.read_text().splitlines()}
+    target = tiny_target("qwen3")
+    from_second = []
+    for seed in range(4):
+        cfg = make_cfg(tmp_path, first, holdout=0.5, holdout_max=4, seed=seed, out_dir=str(tmp_path / f"s{seed}"))
+        tr = Trainer(cfg.model_copy(update={"data": [str(first), str(second)]}), target=target)
+        scored = [tuple(e.token_ids) for e in tr.heldout]
+        assert len(scored) == 4 and not set(scored) & {tuple(e.token_ids) for e in tr.examples}
+        from_second.append(sum(s in second_ids for s in scored))
+    assert 4 <= sum(from_second) <= 12  # 16 scored in all, about half from each file; the lowest 4 of 16 held: ~0
+
+
 def test_init_from_a_shallower_drafter_grows_it_and_starts_from_its_function(tmp_path, data):
     target = tiny_target("qwen3")
     one = Trainer(make_cfg(tmp_path / "one", data, max_steps=2), target=target).run()

@@ -146,7 +146,8 @@ class Trainer:
             perm = np.random.default_rng([cfg.seed, 7]).permutation(len(examples))
             n_hold = min(max(1, int(round(cfg.holdout * len(examples)))), len(examples) - 1)
             hold = set(perm[:n_hold].tolist())
-            self.heldout = [examples[i] for i in sorted(hold)][: cfg.holdout_max]
+            # a seeded sample of the held-out set, not its lowest indices (those are all the first file's)
+            self.heldout = [examples[i] for i in sorted(perm[: min(n_hold, cfg.holdout_max)].tolist())]
             examples = [e for i, e in enumerate(examples) if i not in hold]
         if cfg.train_sequences is not None:
             if cfg.train_sequences > len(examples):
