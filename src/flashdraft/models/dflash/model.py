@@ -146,8 +146,8 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         missing, unexpected = grown.load_state_dict(self.state_dict(), strict=False)
         if unexpected or any(not k.startswith(tuple(f"layers.{i}." for i in range(have, num_layers))) for k in missing):
             raise DrafterError(f"growing the drafter left weights unmatched: missing {missing[:8]}, unexpected {unexpected[:8]}")
-        grown.feature_scale.copy_(self.feature_scale)  # not in the state dict (folded into fc on save)
-        grown._has_scale = self._has_scale
+        # the scale is not in the state dict; fc.weight was copied in its scaled (training) form
+        grown.set_feature_scale(self.feature_scale, keep_function=False)
         for layer in grown.layers[have:]:
             nn.init.zeros_(layer.self_attn.o_proj.weight)
             nn.init.zeros_(layer.mlp.down_proj.weight)
