@@ -45,7 +45,11 @@ class GenerateConfig(Section):
     shard_index: int = Field(0, ge=0)
     flush_every: int = Field(512, ge=1, description="write a Parquet part every this many records")
     flush_seconds: float = Field(300.0, gt=0, description="... or at least this often")
-    chunk_size: int = Field(1024, ge=1, description="prompts handed to the backend at once (per turn depth)")
+    chunk_size: int | None = Field(
+        None, ge=1, description="prompts handed to the backend at once (per turn depth); records are written after "
+        "each chunk, so a killed run redoes at most one. Default: 1024, or 4 x batch_size for hf (which runs a "
+        "chunk batch after batch)",
+    )
     estimate_prompts: int = Field(100_000, ge=1, description="the summary estimates the time for this many more prompts")
     progress: bool = True
     # backend settings
@@ -77,4 +81,6 @@ class GenerateConfig(Section):
             raise ValueError(f"shard_index {self.shard_index} must be < num_shards {self.num_shards}")
         if self.backend == "openai" and not self.servers:
             raise ValueError("backend openai needs at least one server URL (--server http://127.0.0.1:8000/v1)")
+        if self.chunk_size is None:
+            self.chunk_size = 4 * self.batch_size if self.backend == "hf" else 1024
         return self
