@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,8 +28,8 @@ from flashdraft.export.formats import MANIFEST, export_drafter
 from flashdraft.models.drafter import load_drafter
 from flashdraft.models.target import embedded_target_dir, load_target
 
-DRIVER = Path(__file__).resolve().parents[1] / "tests" / "export" / "vllm_driver.py"
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.export
+from tests.export.vllm_driver import launch  # noqa: E402
 
 def same_prefix(a: list[int], b: list[int]) -> bool:
     """Equal over the shorter one's length (flashdraft stops at the end-of-turn token; the driver ignores it)."""
@@ -55,15 +53,11 @@ def main() -> None:
                              serve_dtype=a.dtype).out
         spec = json.loads((out / MANIFEST).read_text())["speculative_config"]
         k = spec["num_speculative_tokens"]
-        (Path(tmp) / "prompts.json").write_text(json.dumps(prompts))
-        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", OMP_NUM_THREADS=str(a.threads),
-                   VLLM_CPU_OMP_THREADS_BIND="nobind")
-        cmd = [sys.executable, str(DRIVER), str(embedded_target_dir()), str(out), str(Path(tmp) / "prompts.json"),
-               str(a.max_tokens), str(Path(tmp) / "result.json"), "transformers", spec["method"], str(k), a.dtype]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            sys.exit(f"vLLM driver failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-        res = json.loads((Path(tmp) / "result.json").read_text())
+        try:
+            res = launch(out, prompts, a.max_tokens, tmp, "transformers", spec["method"], k, a.dtype,
+                         threads=a.threads, timeout=None)
+        except RuntimeError as e:
+            sys.exit(str(e))
 
     plain, served, m = res["plain"]["outputs"], res["spec"]["outputs"], res["spec"]["metrics"]
     drafter = load_drafter(a.drafter, target)

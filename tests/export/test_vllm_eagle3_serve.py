@@ -19,9 +19,6 @@ hidden states to the drafter; eager; bf16), recording every drafter pass. Checke
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +32,7 @@ from flashdraft.models.forward import new_cache, target_forward
 from flashdraft.models.target import embedded_target_dir, load_target
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.loop import Trainer
+from tests.export.vllm_driver import launch
 from tests.export.near_tie import assert_equal_up_to_near_ties
 
 PROMPTS = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -82,13 +80,7 @@ def served(tmp_path_factory):
     prompts = [target.encode(p) for p in PROMPTS]
     src = train_drafter(target, prompts, tmp)
     out = export_drafter(src, "vllm", tmp / "drafter", target, str(embedded_target_dir()), serve_dtype="bfloat16").out
-    (tmp / "prompts.json").write_text(json.dumps(prompts))
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
-    cmd = [sys.executable, str(Path(__file__).with_name("vllm_driver.py")), str(embedded_target_dir()), str(out),
-           str(tmp / "prompts.json"), str(MAX_TOKENS), str(tmp / "result.json"), "transformers", "eagle3", str(K)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = json.loads((tmp / "result.json").read_text())
+    res = launch(out, prompts, MAX_TOKENS, tmp, "transformers", "eagle3", K)
     rec = torch.load(tmp / "result.json.tensors.pt")
     cfg = json.loads((out / "config.json").read_text())
     return target, Eagle3Drafter.from_pretrained(out, target), prompts, res, rec, cfg

@@ -16,10 +16,6 @@ block, the embeddings vLLM's drafter computes for it and its drafts. Checked her
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +26,7 @@ from flashdraft.export.formats import export_drafter
 from flashdraft.models.dflash import DFlashDrafter
 from flashdraft.models.forward import new_cache, target_forward
 from flashdraft.models.target import embedded_target_dir, load_target
+from tests.export.vllm_driver import launch
 from tests.export.near_tie import NEAR_TIE, assert_equal_up_to_near_ties
 
 ASSET = Path(__file__).resolve().parents[2] / "assets" / "gemma-3-270m-dflash-b8"
@@ -53,13 +50,7 @@ def served(tmp_path_factory):
     target = load_target("gemma-3-270m", dtype="bfloat16")
     out = export_drafter(ASSET, "vllm", tmp / "drafter", target, str(embedded_target_dir()), serve_dtype="bfloat16").out
     prompts = [target.encode(p) for p in PROMPTS]
-    (tmp / "prompts.json").write_text(json.dumps(prompts))
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
-    cmd = [sys.executable, str(Path(__file__).with_name("vllm_driver.py")), str(embedded_target_dir()), str(out),
-           str(tmp / "prompts.json"), str(MAX_TOKENS), str(tmp / "result.json")]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = json.loads((tmp / "result.json").read_text())
+    res = launch(out, prompts, MAX_TOKENS, tmp)
     embeds = torch.load(tmp / "result.json.embeds.pt")
     return target, DFlashDrafter.from_pretrained(out, target), prompts, res, embeds
 

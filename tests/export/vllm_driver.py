@@ -1,7 +1,7 @@
 """Runs vLLM (CPU build) on token prompts: plain greedy, then with an exported drafter.
 
-vLLM spawns workers, so this is a real file with a ``__main__`` guard, run as a subprocess by
-``test_vllm_serve.py``, ``test_vllm_eagle3_serve.py`` and ``experiments/export_vllm_check.py``. The
+vLLM spawns workers, so this is a real file with a ``__main__`` guard, run as a subprocess (:func:`launch`)
+by ``test_vllm_serve.py``, ``test_vllm_eagle3_serve.py`` and ``experiments/export_vllm_check.py``. The
 engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so a small hook on vLLM's
 drafter model records every drafter pass: the query it is given (ids, positions), the embeddings it
 computes for them, the target features it receives, and its drafts. Writes one JSON file (and the
@@ -20,9 +20,6 @@ import gc
 import json
 import os
 import sys
-
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 RECORD: dict = {"on": False, "rounds": [], "embeds": [], "features": []}
 
@@ -104,6 +101,8 @@ def run(target: str, drafter: str | None, prompts: list[list[int]], max_tokens: 
 
 
 def main() -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vLLM is imported (the hooks, run)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     target, drafter, prompts_json, max_tokens, out_json = sys.argv[1:6]
     impl = sys.argv[6] if len(sys.argv) > 6 else "transformers"
     method = sys.argv[7] if len(sys.argv) > 7 else "dflash"
@@ -123,6 +122,27 @@ def main() -> None:
     with open(out_json, "w") as f:
         json.dump({"plain": plain, "spec": spec, "rounds": RECORD["rounds"], "model_impl": impl, "method": method, "dtype": dtype,
                    "num_speculative_tokens": k}, f)
+
+
+def launch(drafter: str, prompts: list[list[int]], max_tokens: int, workdir, *args: str, threads: int = 1,
+           timeout: float | None = 900) -> dict:
+    """Run this driver in a subprocess on the embedded target (what the tests and the export check do):
+    ``args`` are the optional MODEL_IMPL, METHOD, K, DTYPE. Returns the result JSON; the recorded tensors
+    lie next to ``workdir/result.json``. A failed run raises RuntimeError with the driver's output tail."""
+    import subprocess
+    from pathlib import Path
+
+    from flashdraft.models.target import embedded_target_dir
+
+    work = Path(workdir)
+    (work / "prompts.json").write_text(json.dumps(prompts))
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
+    cmd = [sys.executable, __file__, str(embedded_target_dir()), str(drafter), str(work / "prompts.json"),
+           str(max_tokens), str(work / "result.json"), *map(str, args)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"vLLM driver failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return json.loads((work / "result.json").read_text())
 
 
 if __name__ == "__main__":
