@@ -23,6 +23,10 @@ the drafter learns the target's own next-token distribution at every position of
 transformers, ...; their tests, vendored copies and HumanEval's own package left out) after the stdlib
 ones: the standard library yields about 1,800 windows, so this is where more human code comes from.
 
+``--heads-first K`` keeps K prompts, those that end after a function's docstring (as a HumanEval prompt
+does) first: the target's greedy continuations of these are the on-policy data of the README's last
+DFlash table (``--heads-first 1024 --new-tokens 48 --backend hf --batch-size 64``).
+
 Commands used for the reported figures (2 CPU cores shared with other jobs)::
 
     python recipes/gemma3_270m_dflash.py --out runs/r3 --stages prompts,generate
@@ -134,11 +138,18 @@ def code_corpus(n: int, seed: int, max_chars: int = 1400, packages: bool = False
     return out[:n]
 
 
-def generate_cmd(prompts: Path, out: Path, new_tokens: int, backend: str) -> list[str]:
+def heads_first(prompts: list[str], k: int) -> list[str]:
+    """The first ``k`` prompts once those that end after a function's docstring (the shape of a HumanEval
+    prompt) are put first, each group in its own order."""
+    is_head = [p.rstrip().endswith(('"""', "'''")) for p in prompts]
+    return [p for h in (True, False) for p, ph in zip(prompts, is_head) if ph == h][:k]
+
+
+def generate_cmd(prompts: Path, out: Path, new_tokens: int, backend: str, batch_size: int) -> list[str]:
     """``flashdraft generate``: the target's greedy continuations as token-level records (resumable)."""
     return [sys.executable, "-m", "flashdraft.cli", "generate", str(prompts), "-o", str(out), "--backend", backend,
             "--dtype", "float32", "--max-tokens", str(new_tokens), "--temperature", "0", "--chat-template", "never",
-            "--resume", "--no-progress"]
+            "--batch-size", str(batch_size), "--resume", "--no-progress"]
 
 
 def humaneval_prompts(target, n: int) -> list[list[int]]:
@@ -160,6 +171,9 @@ def main() -> None:
                     help="with --source corpus: also this many windows of installed third-party packages' code")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
+    ap.add_argument("--batch-size", type=int, default=16, help="generate with hf: prompts per batch")
+    ap.add_argument("--heads-first", type=int, default=None,
+                    help="keep this many prompts, those that end after a function's docstring first")
     ap.add_argument("--offline", action="store_true", help="cache the target's features once (flashdraft features)")
     ap.add_argument("--train-minutes", type=float, default=16.0)
     ap.add_argument("--run-name", default="run", help="sub-folder of --out for this training run")
@@ -199,6 +213,8 @@ def main() -> None:
         stages.discard("prompts")
     if "prompts" in stages and (a.force or not prompts_path.is_file()):
         ps = stdlib_prompts(a.n_prompts, seed=0)
+        if a.heads_first:
+            ps = heads_first(ps, a.heads_first)
         prompts_path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ps))
         log(f"prompts: {len(ps)} stdlib prefixes -> {prompts_path}")
     if "generate" in stages:
@@ -206,7 +222,7 @@ def main() -> None:
         backend = a.backend
         if backend == "auto":
             backend = "vllm" if importlib.util.find_spec("vllm") else "hf"
-        subprocess.run(generate_cmd(prompts_path, data_path, a.new_tokens, backend), check=True)
+        subprocess.run(generate_cmd(prompts_path, data_path, a.new_tokens, backend, a.batch_size), check=True)
         minutes["generate"] = (time.perf_counter() - t0) / 60
         log(f"generate ({backend}): {minutes['generate']:.1f} min -> {data_path}")
     target = load_target("gemma-3-270m")
