@@ -31,6 +31,7 @@ from flashdraft.models.target import embedded_target_dir, load_target
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.export
 from tests.export.vllm_driver import launch  # noqa: E402
 
+
 def same_prefix(a: list[int], b: list[int]) -> bool:
     """Equal over the shorter one's length (flashdraft stops at the end-of-turn token; the driver ignores it)."""
     n = min(len(a), len(b))

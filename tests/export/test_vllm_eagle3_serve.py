@@ -32,8 +32,8 @@ from flashdraft.models.forward import new_cache, target_forward
 from flashdraft.models.target import embedded_target_dir, load_target
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.loop import Trainer
-from tests.export.vllm_driver import launch
 from tests.export.near_tie import assert_equal_up_to_near_ties
+from tests.export.vllm_driver import launch
 
 PROMPTS = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
            "import numpy as np\n\ndef mean_squared_error(y_true, y_pred):\n",

@@ -26,8 +26,8 @@ from flashdraft.export.formats import export_drafter
 from flashdraft.models.dflash import DFlashDrafter
 from flashdraft.models.forward import new_cache, target_forward
 from flashdraft.models.target import embedded_target_dir, load_target
-from tests.export.vllm_driver import launch
 from tests.export.near_tie import NEAR_TIE, assert_equal_up_to_near_ties
+from tests.export.vllm_driver import launch
 
 ASSET = Path(__file__).resolve().parents[2] / "assets" / "gemma-3-270m-dflash-b8"
 PROMPTS = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
