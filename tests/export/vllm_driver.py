@@ -19,7 +19,9 @@ from __future__ import annotations
 import gc
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 RECORD: dict = {"on": False, "rounds": [], "embeds": [], "features": []}
 
@@ -129,9 +131,6 @@ def launch(drafter: str, prompts: list[list[int]], max_tokens: int, workdir, *ar
     """Run this driver in a subprocess on the embedded target (what the tests and the export check do):
     ``args`` are the optional MODEL_IMPL, METHOD, K, DTYPE. Returns the result JSON; the recorded tensors
     lie next to ``workdir/result.json``. A failed run raises RuntimeError with the driver's output tail."""
-    import subprocess
-    from pathlib import Path
-
     from flashdraft.models.target import embedded_target_dir
 
     work = Path(workdir)

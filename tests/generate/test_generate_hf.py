@@ -131,7 +131,7 @@ def test_hf_hands_the_backend_small_chunks_so_a_kill_loses_little(tmp_path, tiny
     cfg = GenerateConfig(sources=[str(src)], target=str(tiny_dir), backend="hf", dtype="float32", max_tokens=4,
                          output=str(tmp_path / "out"), batch_size=1, progress=False, flush_every=1,
                          chat_template="never")
-    assert cfg.chunk_size == 4 and GenerateConfig(sources=[str(src)], target=str(tiny_dir)).chunk_size == 1024
+    assert cfg.backend_chunk_size == 4 and GenerateConfig(sources=[str(src)], target=str(tiny_dir)).backend_chunk_size == 1024
     real, calls = HFBackend.generate, []
 
     def dies_in_second_chunk(self, requests):

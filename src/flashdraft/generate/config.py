@@ -81,6 +81,9 @@ class GenerateConfig(Section):
             raise ValueError(f"shard_index {self.shard_index} must be < num_shards {self.num_shards}")
         if self.backend == "openai" and not self.servers:
             raise ValueError("backend openai needs at least one server URL (--server http://127.0.0.1:8000/v1)")
-        if self.chunk_size is None:
-            self.chunk_size = 4 * self.batch_size if self.backend == "hf" else 1024
         return self
+
+    @property
+    def backend_chunk_size(self) -> int:
+        """``chunk_size``, or its default for the backend (follows ``batch_size`` for hf)."""
+        return self.chunk_size or (4 * self.batch_size if self.backend == "hf" else 1024)

@@ -177,7 +177,7 @@ class Runner:
         progress = Progress(total, enabled=cfg.progress and self.worker == 0 and self.num_workers == 1)
         try:
             items = select(cfg, self.worker, self.num_workers, done, Counter())
-            for chunk in _chunks(items, cfg.chunk_size):
+            for chunk in _chunks(items, cfg.backend_chunk_size):
                 convs = []
                 for it in chunk:
                     if isinstance(it, BadInput):
