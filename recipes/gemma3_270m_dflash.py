@@ -25,7 +25,9 @@ ones: the standard library yields about 1,800 windows, so this is where more hum
 
 ``--heads-first K`` keeps K prompts, those that end after a function's docstring (as a HumanEval prompt
 does) first: the target's greedy continuations of these are the on-policy data of the README's last
-DFlash table (``--heads-first 1024 --new-tokens 48 --backend hf --batch-size 64``).
+DFlash tables (``--heads-first 1024 --new-tokens 48 --backend hf --batch-size 64``). Without
+``--source corpus``, ``--packages N`` adds N prompts that end after a function's docstring in the
+installed third-party packages' code (the standard library holds about 770 such prompts).
 
 Commands used for the reported figures (2 CPU cores shared with other jobs)::
 
@@ -76,10 +78,11 @@ def package_files(rng: random.Random) -> list[Path]:
     return _py_files(Path(sysconfig.get_paths()["purelib"]), skip, rng)
 
 
-def stdlib_prompts(n: int, seed: int, max_chars: int = 700) -> list[str]:
-    """Prefixes of stdlib modules: half end after a function's docstring, half at a random line."""
+def code_prompts(n: int, seed: int, max_chars: int = 700, packages: bool = False, cuts: bool = True) -> list[str]:
+    """Prefixes of stdlib modules (``packages``: of installed third-party packages instead): half end after
+    a function's docstring, half at a random line (``cuts=False``: the docstring ones only)."""
     rng = random.Random(seed)
-    files = stdlib_files(rng)
+    files = package_files(rng) if packages else stdlib_files(rng)
     out: list[str] = []
     for f in files:
         if len(out) >= n:
@@ -101,7 +104,7 @@ def stdlib_prompts(n: int, seed: int, max_chars: int = 700) -> list[str]:
             text = "".join(lines[start:end])
             if 40 < len(text) <= max_chars:
                 out.append(text)
-        for _ in range(3):  # a random cut point inside the file
+        for _ in range(3 if cuts else 0):  # a random cut point inside the file
             if len(lines) < 20:
                 break
             cut = rng.randint(10, len(lines) - 5)
@@ -168,7 +171,8 @@ def main() -> None:
                     help="generate: the target's own greedy continuations; corpus: stdlib code as it is, teacher-"
                     "forced (no generate stage; pair it with --set loss=kl to learn the target's own predictions)")
     ap.add_argument("--packages", type=int, default=0,
-                    help="with --source corpus: also this many windows of installed third-party packages' code")
+                    help="also this many windows (--source corpus) or function-head prompts (--source generate) "
+                    "of installed third-party packages' code")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
     ap.add_argument("--batch-size", type=int, default=16, help="generate with hf: prompts per batch")
@@ -212,11 +216,14 @@ def main() -> None:
             log(f"corpus: {len(recs)} stdlib + {len(more)} package windows -> {data_path}")
         stages.discard("prompts")
     if "prompts" in stages and (a.force or not prompts_path.is_file()):
-        ps = stdlib_prompts(a.n_prompts, seed=0)
+        ps = code_prompts(a.n_prompts, seed=0)
         if a.heads_first:
             ps = heads_first(ps, a.heads_first)
-        prompts_path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ps))
-        log(f"prompts: {len(ps)} stdlib prefixes -> {prompts_path}")
+        more = code_prompts(a.packages, seed=0, packages=True, cuts=False) if a.packages else []
+        prompts_path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ps + more))
+        log(f"prompts: {len(ps)} stdlib + {len(more)} package prefixes -> {prompts_path}")
+    elif "prompts" in stages:
+        log(f"prompts: kept {prompts_path} as it is (--force writes it anew from these arguments)")
     if "generate" in stages:
         t0 = time.perf_counter()
         backend = a.backend
