@@ -35,6 +35,15 @@ Commands used for the reported figures (2 CPU cores shared with other jobs)::
     python recipes/gemma3_270m_dflash.py --out runs/r3 --stages train,eval --offline --run-name main \
         --max-steps 300 --train-minutes 12 --threads 2
 
+The on-policy drafter of the README's last table, all four stages in one command (stdlib and package
+function heads, 48 tokens each; 120 steps from the shipped drafter)::
+
+    python recipes/gemma3_270m_dflash.py --out runs/g3 --n-prompts 3000 --heads-first 1024 --packages 2048 \
+        --new-tokens 48 --backend hf --batch-size 64 --offline --run-name G3 --max-steps 120 --train-minutes 40 \
+        --threads 2 --set loss=kl --set batch_size=32 --set max_anchors=16 --set lr=1e-3 --set eval_every=120 \
+        --set bf16=false --set num_layers=2 --set position_weights=first_error --set focal=1.0 \
+        --set init_from=assets/gemma-3-270m-dflash-b8
+
 Minutes per stage and the eval results land in ``<out>/results-<run-name>.json``.
 """
 
