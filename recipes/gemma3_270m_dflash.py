@@ -210,6 +210,7 @@ def main() -> None:
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
+    from flashdraft.io import atomic_write_text
     from flashdraft.models.target import load_target
     from flashdraft.config import parse_sets
     from flashdraft.train.config import TrainConfig
@@ -221,7 +222,7 @@ def main() -> None:
         if "prompts" in stages and (a.force or not data_path.is_file()):
             recs = code_corpus(a.n_prompts, seed=0)
             more = code_corpus(a.packages, seed=0, packages=True) if a.packages else []
-            data_path.write_text("".join(json.dumps(r) + "\n" for r in recs + more))
+            atomic_write_text(data_path, "".join(json.dumps(r) + "\n" for r in recs + more))
             log(f"corpus: {len(recs)} stdlib + {len(more)} package windows -> {data_path}")
         stages.discard("prompts")
     if "prompts" in stages and (a.force or not prompts_path.is_file()):
@@ -229,7 +230,7 @@ def main() -> None:
         if a.heads_first:
             ps = heads_first(ps, a.heads_first)
         more = code_prompts(a.packages, seed=0, packages=True, cuts=False) if a.packages else []
-        prompts_path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ps + more))
+        atomic_write_text(prompts_path, "".join(json.dumps({"prompt": p}) + "\n" for p in ps + more))
         log(f"prompts: {len(ps)} stdlib + {len(more)} package prefixes -> {prompts_path}")
     elif "prompts" in stages:
         log(f"prompts: kept {prompts_path} as it is (--force writes it anew from these arguments)")
@@ -244,7 +245,7 @@ def main() -> None:
     target = load_target("gemma-3-270m")
     he = humaneval_prompts(target, a.eval_n)
     he_path = out / "humaneval_eval.jsonl"
-    he_path.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in he))
+    atomic_write_text(he_path, "".join(json.dumps({"prompt_ids": p}) + "\n" for p in he))
     over = dict(data=[str(data_path)], out_dir=str(out / a.run_name), max_minutes=a.train_minutes, threads=a.threads)
     if a.max_steps:
         over["max_steps"] = a.max_steps
@@ -288,7 +289,7 @@ def main() -> None:
     log("minutes: " + ", ".join(f"{k} {v:.1f}" for k, v in minutes.items()))
     res_path = out / f"results-{a.run_name}.json"
     prev = json.loads(res_path.read_text()) if res_path.is_file() else {}
-    res_path.write_text(json.dumps({**prev, **results}, indent=2) + "\n")
+    atomic_write_text(res_path, json.dumps({**prev, **results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
