@@ -14,6 +14,7 @@ from its parent, and :func:`compact_cache` then keeps the state of the accepted 
 
 from __future__ import annotations
 
+import time
 import weakref
 from contextlib import contextmanager, nullcontext
 from typing import Protocol
@@ -160,24 +161,53 @@ def head_weight_t(head: nn.Linear) -> torch.Tensor:
     return hit[2]
 
 
+# The ways to compute a few rows of a bias-free head on a CPU. Which is fastest depends on the CPU, its BLAS, the
+# thread count and the number of rows: for Gemma-3-270M's 262k-row head (ms for 1 / 2 / 4 / 8 rows)
+#   Intel Xeon, one thread:  rows @ weight_t 46 / 59 / 68 / 96, (weight @ rows.T).T 48 / 130 / 125 / 122
+#   AMD EPYC, one thread:    rows @ weight_t 25 / 49 / 98 / 111, (weight @ rows.T).T 43 / 26 / 31 / 67
+# so :func:`head_rows` measures them once per (head, rows rounded up to a power of two, threads) and keeps the
+# fastest. Same products, summed in another order.
+HEAD_KERNELS = {
+    "rows @ weight_t": lambda head, h: h @ head_weight_t(head),  # [m, hidden] @ [hidden, out]
+    "(weight @ rows.T).T": lambda head, h: (head.weight @ h.T).T.contiguous(),  # ([out, hidden] @ [hidden, m]).T
+    "linear": lambda head, h: torch.nn.functional.linear(h, head.weight),
+}
+_HEAD_PLAN: "weakref.WeakKeyDictionary[nn.Module, dict[tuple[int, int, torch.dtype], str]]" = weakref.WeakKeyDictionary()
+
+
+def head_kernel(head: nn.Linear, rows: int, dtype: torch.dtype, repeats: int = 3) -> str:
+    """The name of the fastest :data:`HEAD_KERNELS` entry for ``rows`` rows of ``head`` on this CPU: measured the
+    first time (median of ``repeats`` after a warm-up, on random rows) and kept per (head, rows rounded up to a
+    power of two, torch threads, dtype)."""
+    bucket = 1 << (rows - 1).bit_length()
+    key = (bucket, torch.get_num_threads(), dtype)
+    plan = _HEAD_PLAN.setdefault(head, {})
+    if key not in plan:
+        h = torch.randn(bucket, head.in_features, generator=torch.Generator().manual_seed(0)).to(dtype)  # [bucket, hidden]
+        ms = {}
+        for name, kernel in HEAD_KERNELS.items():
+            times = []
+            for _ in range(repeats + 1):  # the first run warms up
+                t = time.perf_counter()
+                kernel(head, h)
+                times.append(time.perf_counter() - t)
+            ms[name] = sorted(times[1:])[len(times[1:]) // 2]
+        plan[key] = min(ms, key=ms.get)
+    return plan[key]
+
+
 def head_rows(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """``head(hidden)`` for hidden [m, hidden] -> [m, out]; on a CPU a few rows without gradient go through a
-    contiguous [hidden, out] copy of a bias-free head (:func:`head_weight_t`; see :func:`lm_logits`)."""
-    if (hidden.device.type == "cpu" and hidden.shape[0] <= 64 and isinstance(head, nn.Linear) and head.bias is None
+    """``head(hidden)`` for hidden [m, hidden] -> [m, out]; on a CPU a few rows without gradient of a bias-free head
+    go through the kernel measured fastest for that many rows (:func:`head_kernel`)."""
+    if (hidden.device.type == "cpu" and 0 < hidden.shape[0] <= 64 and isinstance(head, nn.Linear) and head.bias is None
             and not (torch.is_grad_enabled() and head.weight.requires_grad)):
-        return hidden @ head_weight_t(head)  # [m, hidden] @ [hidden, out]
+        return HEAD_KERNELS[head_kernel(head, hidden.shape[0], hidden.dtype)](head, hidden)
     return head(hidden)
 
 
 def lm_logits(target: Target, hidden: torch.Tensor) -> torch.Tensor:
-    """Target logits (fp32) for final-normed hidden states [m, hidden] -> [m, vocab].
-
-    On a CPU a verify round's few rows go through a contiguous [hidden, vocab] copy of the head
-    (``hidden @ weight_t``): CPU BLAS then streams the weight once without packing it. On one core of
-    this machine Gemma-3-270M's 262k-row head took 46 / 59 / 68 / 96 ms for 1 / 2 / 4 / 8 rows that way,
-    against 48 / 130 / 125 / 122 ms for ``weight @ hidden.T`` and 49 / 51 / 105 / 167 ms for
-    ``hidden @ weight.T``. Same products, summed in another order.
-    """
+    """Target logits (fp32) for final-normed hidden states [m, hidden] -> [m, vocab] (on a CPU through the fastest
+    kernel for m rows: :func:`head_rows`)."""
     logits = head_rows(target.model.get_output_embeddings(), hidden).float()
     cap = getattr(target.config, "final_logit_softcapping", None)
     if cap:
