@@ -38,6 +38,7 @@ def test_the_fastest_kernel_is_measured_once_per_row_bucket_and_kept(head, monke
         return h @ hd.weight.T
 
     monkeypatch.setattr(forward, "HEAD_KERNELS", {"slow": slow, "fast": fast})
+    monkeypatch.setattr(forward, "_HEAD_PLAN", {})
     assert head_kernel(head, 3, torch.float32) == "fast"  # 3 rows: measured on the bucket of 4
     measured = dict(calls)
     assert measured == {"slow": 4, "fast": 4}  # a warm-up and 3 timed runs each
@@ -46,6 +47,8 @@ def test_the_fastest_kernel_is_measured_once_per_row_bucket_and_kept(head, monke
     assert calls == {"slow": 4, "fast": 5}  # the kept kernel computes the rows
     head_kernel(head, 5, torch.float32)
     assert calls["slow"] == 8  # a new bucket (8 rows) is measured
+    twin = nn.Linear(32, 1000, bias=False)
+    assert head_kernel(twin, 8, torch.float32) == "fast" and calls["slow"] == 8  # same shape: kept
 
 
 def test_gradient_reaches_the_rows_through_a_frozen_head(head):

@@ -165,24 +165,24 @@ def head_weight_t(head: nn.Linear) -> torch.Tensor:
 # thread count and the number of rows: for Gemma-3-270M's 262k-row head (ms for 1 / 2 / 4 / 8 rows)
 #   Intel Xeon, one thread:  rows @ weight_t 46 / 59 / 68 / 96, (weight @ rows.T).T 48 / 130 / 125 / 122
 #   AMD EPYC, one thread:    rows @ weight_t 25 / 49 / 98 / 111, (weight @ rows.T).T 43 / 26 / 31 / 67
-# so :func:`head_rows` measures them once per (head, rows rounded up to a power of two, threads) and keeps the
-# fastest. Same products, summed in another order.
+# so :func:`head_rows` measures them once per (head shape, rows rounded up to a power of two, threads, dtype) and
+# keeps the fastest: same products, summed in another order, and the same order for every head of one shape.
 HEAD_KERNELS = {
     "rows @ weight_t": lambda head, h: h @ head_weight_t(head),  # [m, hidden] @ [hidden, out]
     "(weight @ rows.T).T": lambda head, h: (head.weight @ h.T).T.contiguous(),  # ([out, hidden] @ [hidden, m]).T
     "linear": lambda head, h: torch.nn.functional.linear(h, head.weight),
 }
-_HEAD_PLAN: "weakref.WeakKeyDictionary[nn.Module, dict[tuple[int, int, torch.dtype], str]]" = weakref.WeakKeyDictionary()
+_HEAD_PLAN: dict[tuple[int, int, int, int, torch.dtype], str] = {}
 
 
 def head_kernel(head: nn.Linear, rows: int, dtype: torch.dtype, repeats: int = 3) -> str:
     """The name of the fastest :data:`HEAD_KERNELS` entry for ``rows`` rows of ``head`` on this CPU: measured the
-    first time (median of ``repeats`` after a warm-up, on random rows) and kept per (head, rows rounded up to a
-    power of two, torch threads, dtype)."""
+    first time (median of ``repeats`` after a warm-up, on random rows) and kept per (head shape, rows rounded up
+    to a power of two, torch threads, dtype), so two heads of one shape (a drafter and its exported copy) give
+    bit-identical rows."""
     bucket = 1 << (rows - 1).bit_length()
-    key = (bucket, torch.get_num_threads(), dtype)
-    plan = _HEAD_PLAN.setdefault(head, {})
-    if key not in plan:
+    key = (head.out_features, head.in_features, bucket, torch.get_num_threads(), dtype)
+    if key not in _HEAD_PLAN:
         h = torch.randn(bucket, head.in_features, generator=torch.Generator().manual_seed(0)).to(dtype)  # [bucket, hidden]
         ms = {}
         for name, kernel in HEAD_KERNELS.items():
@@ -192,8 +192,8 @@ def head_kernel(head: nn.Linear, rows: int, dtype: torch.dtype, repeats: int = 3
                 kernel(head, h)
                 times.append(time.perf_counter() - t)
             ms[name] = sorted(times[1:])[len(times[1:]) // 2]
-        plan[key] = min(ms, key=ms.get)
-    return plan[key]
+        _HEAD_PLAN[key] = min(ms, key=ms.get)
+    return _HEAD_PLAN[key]
 
 
 def head_rows(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
