@@ -23,7 +23,8 @@ import warnings
 import torch
 from transformers import AutoModelForCausalLM, NemotronHConfig, Qwen3_5TextConfig, Qwen3Config
 
-from flashdraft.bench.profile import median_ms, median_recurrent_ms
+from flashdraft.bench.profile import median_recurrent_ms
+from flashdraft.timing import median_ms
 from flashdraft.decode.tree import best_first_tree
 from flashdraft.models.forward import compact_cache, new_cache, target_forward
 from flashdraft.models.target import wrap_model

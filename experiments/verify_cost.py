@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from flashdraft.bench.profile import median_ms
+from flashdraft.timing import median_ms
 from flashdraft.decode.tree import best_first_tree, chain_tree
 from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.target import load_target

@@ -22,6 +22,7 @@ from flashdraft.decode.tree import best_first_tree, chain_tree
 from flashdraft.models.drafter import propose_scores
 from flashdraft.models.forward import compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.recurrent import recurrent_family, recurrent_layer_ids, recurrent_state_bytes
+from flashdraft.timing import median_ms
 
 
 class MixerTimer:
@@ -47,17 +48,6 @@ class MixerTimer:
         for h in self._handles:
             h.remove()
         self._handles = []
-
-
-def median_ms(fn, repeats: int, warmup: int) -> float:
-    """Median wall time of ``fn()`` in ms over ``repeats`` runs after ``warmup`` untimed runs."""
-    times = []
-    for i in range(warmup + repeats):
-        t0 = time.perf_counter()
-        fn()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
 
 
 def median_recurrent_ms(target, fn, repeats: int, warmup: int) -> float:

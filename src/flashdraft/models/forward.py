@@ -14,7 +14,6 @@ from its parent, and :func:`compact_cache` then keeps the state of the accepted 
 
 from __future__ import annotations
 
-import time
 import weakref
 from contextlib import contextmanager, nullcontext
 from typing import Protocol
@@ -33,6 +32,7 @@ from flashdraft.models.recurrent import (
     tree_mixers,
 )
 from flashdraft.models.target import Target
+from flashdraft.timing import median_ms
 
 
 def new_cache(target: Target | None = None) -> DynamicCache:
@@ -184,14 +184,7 @@ def head_kernel(head: nn.Linear, rows: int, dtype: torch.dtype, repeats: int = 3
     key = (head.out_features, head.in_features, bucket, torch.get_num_threads(), dtype)
     if key not in _HEAD_PLAN:
         h = torch.randn(bucket, head.in_features, generator=torch.Generator().manual_seed(0)).to(dtype)  # [bucket, hidden]
-        ms = {}
-        for name, kernel in HEAD_KERNELS.items():
-            times = []
-            for _ in range(repeats + 1):  # the first run warms up
-                t = time.perf_counter()
-                kernel(head, h)
-                times.append(time.perf_counter() - t)
-            ms[name] = sorted(times[1:])[len(times[1:]) // 2]
+        ms = {name: median_ms(lambda kernel=kernel: kernel(head, h), repeats, warmup=1) for name, kernel in HEAD_KERNELS.items()}
         _HEAD_PLAN[key] = min(ms, key=ms.get)
     return _HEAD_PLAN[key]
 
