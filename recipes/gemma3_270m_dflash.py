@@ -36,13 +36,22 @@ Commands used for the reported figures (2 CPU cores shared with other jobs)::
         --max-steps 300 --train-minutes 12 --threads 2
 
 The on-policy drafter of the README's last table, all four stages in one command (stdlib and package
-function heads, 48 tokens each; 120 steps from the shipped drafter)::
+function heads, 48 tokens each; 120 steps from the stage-1 drafter, fetched as the asset README says)::
 
     python recipes/gemma3_270m_dflash.py --out runs/g3 --n-prompts 3000 --heads-first 1024 --packages 2048 \
         --new-tokens 48 --backend hf --batch-size 64 --offline --run-name G3 --max-steps 120 --train-minutes 40 \
         --threads 2 --set loss=kl --set batch_size=32 --set max_anchors=16 --set lr=1e-3 --set eval_every=120 \
         --set bf16=false --set num_layers=2 --set position_weights=first_error --set focal=1.0 \
-        --set init_from=assets/gemma-3-270m-dflash-b8
+        --set init_from=runs/stage1/assets/gemma-3-270m-dflash-b8
+
+The shipped drafter (``assets/gemma-3-270m-dflash-b8``): 2,048 more package heads (``--more-packages``)
+and 480 steps from stage 1 (the asset README's first stage)::
+
+    python recipes/gemma3_270m_dflash.py --out runs/g4 --n-prompts 3000 --heads-first 1024 --packages 2048 \
+        --more-packages 2048 --new-tokens 48 --backend hf --batch-size 64 --offline --run-name G4L \
+        --max-steps 480 --train-minutes 50 --threads 2 --set loss=kl --set batch_size=32 --set max_anchors=16 \
+        --set lr=1e-3 --set eval_every=240 --set keep_last=10 --set bf16=false --set num_layers=2 \
+        --set position_weights=first_error --set focal=1.0 --set init_from=runs/stage1/assets/gemma-3-270m-dflash-b8
 
 Minutes per stage and the eval results land in ``<out>/results-<run-name>.json``.
 """
@@ -63,6 +72,7 @@ from pathlib import Path
 import torch
 
 BOS = 2  # Gemma <bos>
+MORE_POOL = 9000  # package function heads drawn for --more-packages
 
 
 def _py_files(root: Path, skip: tuple[str, ...], rng: random.Random) -> list[Path]:
@@ -182,6 +192,10 @@ def main() -> None:
     ap.add_argument("--packages", type=int, default=0,
                     help="also this many windows (--source corpus) or function-head prompts (--source generate) "
                     "of installed third-party packages' code")
+    ap.add_argument("--more-packages", type=int, default=0,
+                    help="(--source generate) then this many more package function heads, not among the prompts above, "
+                    f"in the order of a draw of {MORE_POOL}: grows a run's prompts so that `generate --resume` keeps what "
+                    "it already wrote")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
     ap.add_argument("--batch-size", type=int, default=16, help="generate with hf: prompts per batch")
@@ -230,6 +244,9 @@ def main() -> None:
         if a.heads_first:
             ps = heads_first(ps, a.heads_first)
         more = code_prompts(a.packages, seed=0, packages=True, cuts=False) if a.packages else []
+        if a.more_packages:
+            seen = set(ps + more)
+            more += [p for p in code_prompts(MORE_POOL, seed=0, packages=True, cuts=False) if p not in seen][:a.more_packages]
         atomic_write_text(prompts_path, "".join(json.dumps({"prompt": p}) + "\n" for p in ps + more))
         log(f"prompts: {len(ps)} stdlib + {len(more)} package prefixes -> {prompts_path}")
     elif "prompts" in stages:
