@@ -246,7 +246,8 @@ def main() -> None:
         more = code_prompts(a.packages, seed=0, packages=True, cuts=False) if a.packages else []
         if a.more_packages:
             seen = set(ps + more)
-            more += [p for p in code_prompts(MORE_POOL, seed=0, packages=True, cuts=False) if p not in seen][:a.more_packages]
+            pool = code_prompts(MORE_POOL, seed=0, packages=True, cuts=False)
+            more += [p for p in pool if p not in seen][: a.more_packages]
         atomic_write_text(prompts_path, "".join(json.dumps({"prompt": p}) + "\n" for p in ps + more))
         log(f"prompts: {len(ps)} stdlib + {len(more)} package prefixes -> {prompts_path}")
     elif "prompts" in stages:

@@ -184,7 +184,8 @@ def head_kernel(head: nn.Linear, rows: int, dtype: torch.dtype, repeats: int = 3
     key = (head.out_features, head.in_features, bucket, torch.get_num_threads(), dtype)
     if key not in _HEAD_PLAN:
         h = torch.randn(bucket, head.in_features, generator=torch.Generator().manual_seed(0)).to(dtype)  # [bucket, hidden]
-        ms = {name: median_ms(lambda kernel=kernel: kernel(head, h), repeats, warmup=1) for name, kernel in HEAD_KERNELS.items()}
+        ms = {name: median_ms(lambda kernel=kernel: kernel(head, h), repeats, warmup=1)
+              for name, kernel in HEAD_KERNELS.items()}
         _HEAD_PLAN[key] = min(ms, key=ms.get)
     return _HEAD_PLAN[key]
 
