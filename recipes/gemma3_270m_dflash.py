@@ -194,8 +194,8 @@ def main() -> None:
                     "of installed third-party packages' code")
     ap.add_argument("--more-packages", type=int, default=0,
                     help="(--source generate) then this many more package function heads, not among the prompts above, "
-                    f"in the order of a draw of {MORE_POOL}: grows a run's prompts so that `generate --resume` keeps what "
-                    "it already wrote")
+                    f"in the order of a draw of {MORE_POOL}: with --force on an existing run the prompts file grows and "
+                    "`generate --resume` keeps the answers already written")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
     ap.add_argument("--batch-size", type=int, default=16, help="generate with hf: prompts per batch")
@@ -214,6 +214,8 @@ def main() -> None:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--stages", default="prompts,generate,train,eval")
     a = ap.parse_args()
+    if a.more_packages and a.source == "corpus":
+        ap.error("--more-packages adds generation prompts; with --source corpus use --packages N for more windows")
     torch.set_num_threads(a.threads)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -247,7 +249,10 @@ def main() -> None:
         if a.more_packages:
             seen = set(ps + more)
             pool = code_prompts(MORE_POOL, seed=0, packages=True, cuts=False)
-            more += [p for p in pool if p not in seen][: a.more_packages]
+            added = [p for p in pool if p not in seen][: a.more_packages]
+            if len(added) < a.more_packages:
+                log(f"--more-packages {a.more_packages}: a draw of {MORE_POOL} package heads holds only {len(added)} new ones")
+            more += added
         atomic_write_text(prompts_path, "".join(json.dumps({"prompt": p}) + "\n" for p in ps + more))
         log(f"prompts: {len(ps)} stdlib + {len(more)} package prefixes -> {prompts_path}")
     elif "prompts" in stages:
