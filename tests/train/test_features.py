@@ -118,6 +118,44 @@ def test_resume_rewrites_only_the_missing_shard(tmp_path):
     FeatureStore(path).check(t, LAYERS, ex)
 
 
+def test_a_cache_grows_with_appended_data(tmp_path, monkeypatch):
+    """Examples appended after the cached ones (a resumed generation with more prompts): the shards that hold
+    the same examples are kept, only the rest are computed, and the result equals a cache built from scratch;
+    a re-tag killed half-way is finished by the next call; other data is still refused."""
+    t, ex5, ex8 = tiny_target("qwen3"), make_examples(5), make_examples(8)
+    assert [e.token_ids for e in ex8[:5]] == [e.token_ids for e in ex5]
+    path = write_features(t, ex5, LAYERS, tmp_path / "f", shard_size=2, dtype="float32", progress=False)  # [0,1] [2,3] [4]
+    computed, real = [], features_mod._shard_tensors
+    monkeypatch.setattr(features_mod, "_shard_tensors", lambda tg, exs, *a, **k: computed.extend(e.index for e in exs)
+                        or real(tg, exs, *a, **k))
+    real_replace = os.replace
+
+    def dying_replace(src, dst):
+        if os.path.basename(dst) == "shard-00001.safetensors":
+            raise KeyboardInterrupt  # killed while re-tagging the second kept shard
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", dying_replace)
+    with pytest.raises(KeyboardInterrupt):
+        write_features(t, ex8, LAYERS, path, shard_size=2, dtype="float32", progress=False)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert computed == [] and json.loads((path / "features.json").read_text())["n_examples"] == 5  # old manifest stays
+    write_features(t, ex8, LAYERS, path, shard_size=2, dtype="float32", progress=False)
+    assert computed == [4, 5, 6, 7]  # shards 0 and 1 kept; the old last shard [4] is now [4, 5]
+    store = FeatureStore(path)
+    store.check(t, LAYERS, ex8)
+    monkeypatch.setattr(features_mod, "_shard_tensors", real)
+    clean = write_features(t, ex8, LAYERS, tmp_path / "clean", shard_size=2, dtype="float32", progress=False)
+    assert (path / "features.json").read_bytes() == (clean / "features.json").read_bytes()
+    assert [p.name for p in shards(path)] == [p.name for p in shards(clean)]
+    assert all(same_contents(p, clean / p.name) for p in shards(path))
+    other = make_examples(9, seed=1)  # not an extension of the cached examples
+    with pytest.raises(TrainError, match="data: cache 8 examples .* vs now 9 examples.*--overwrite"):
+        write_features(t, other, LAYERS, path, shard_size=2, dtype="float32", progress=False)
+    with pytest.raises(TrainError, match="shard_size: cache 2 vs now 3"):  # same data in other shards: no reuse
+        write_features(t, ex8 + make_examples(9)[8:], LAYERS, path, shard_size=3, dtype="float32", progress=False)
+
+
 def test_a_cache_with_final_states_serves_a_request_without_them(tmp_path):
     """A cache written with_final=True is reused as it is by a request without final states (loss 'ce' on a
     cache built for 'kl'); the reverse still needs a new cache."""

@@ -15,6 +15,10 @@ with ``with_final``: the target's last hidden state after its final norm, for th
 and the shard number, so a resumed run trusts only shards written for the same cache.
 
 Each example runs alone through the target (exactly the per-example numbers, no padding effects).
+
+A cache grows with its data: when the examples now are the cached ones plus more after them (e.g. a
+generation run that was resumed with more prompts), the shards that hold the same examples as before
+are kept (re-tagged with the new manifest key) and only the others are computed.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from flashdraft.io import atomic_path, atomic_write_text
 from flashdraft.models.target import Target
@@ -198,6 +202,31 @@ def _clear(out: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+def _kept_shards(old: dict | None, new: dict, examples: list[Example]) -> list[int]:
+    """Shards of the cache ``old`` that the cache ``new`` can keep as they are: those holding the same
+    examples, when ``old`` was made for the same target/layers/dtype and its examples are the first ones
+    of ``examples`` (data appended after them). [] when the old cache is anything else."""
+    if not old or old.get("format") != FORMAT or old.get("key") == new["key"]:
+        return []
+    same = all(old.get(k) == new[k] for k in ("version", "layer_ids", "dtype", "with_final", "shard_size"))
+    n_old = old.get("n_examples")
+    if not (same and _same_target(old["target"], new["target"]) and isinstance(n_old, int) and n_old <= len(examples)):
+        return []
+    if examples_hash(examples[:n_old]) != old.get("data_hash"):
+        return []
+    return [s for s, sh in enumerate(old.get("shards", [])) if s < len(new["shards"]) and sh == new["shards"][s]]
+
+
+def _retag(out: Path, kept: list[int], old_key: str, new_key: str) -> None:
+    """Give the kept shards the new manifest key (each rewrite atomic; a shard already re-tagged by a killed
+    earlier call is left as it is). Called before the new manifest is written, so a killed call repeats it."""
+    for s in kept:
+        path = out / shard_name(s)
+        if _shard_ok(path, new_key, s) or not _shard_ok(path, old_key, s):
+            continue  # done already, or missing/foreign: the main loop computes it
+        _save_shard(path, load_file(str(path)), {"format": FORMAT, "key": new_key, "shard": str(s)})
+
+
 def write_features(
     target: Target,
     examples: list[Example],
@@ -212,7 +241,8 @@ def write_features(
     rank: int = 0,
     world_size: int = 1,
 ) -> Path:
-    """Compute and store the target features of ``examples``; resumable (complete shards are kept).
+    """Compute and store the target features of ``examples``; resumable (complete shards are kept), and
+    grown when ``examples`` extend the cached ones (their shards are kept, see the module docstring).
 
     ``source`` (e.g. data files, max_len, block_size) is recorded in the manifest for messages only.
     ``rank``/``world_size``: this process writes shards s with s % world_size == rank (several
@@ -236,7 +266,10 @@ def write_features(
         wider = build_manifest(target, examples, layer_ids, shard_size, dtype, True, source)
         if old.get("key") == wider["key"]:
             m = wider  # a cache that also holds the final hidden states serves a request without them
-    if old is not None and old.get("key") != m["key"]:
+    kept = [] if overwrite else _kept_shards(old, m, examples)
+    if kept:
+        _retag(out, kept, old["key"], m["key"])
+    elif old is not None and old.get("key") != m["key"]:
         if overwrite:
             _clear(out)
         elif any(out.glob("shard-*.safetensors")):
