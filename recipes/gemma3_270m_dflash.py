@@ -196,6 +196,10 @@ def main() -> None:
                     help="(--source generate) then this many more package function heads, not among the prompts above, "
                     f"in the order of a draw of {MORE_POOL}: with --force on an existing run the prompts file grows and "
                     "`generate --resume` keeps the answers already written")
+    ap.add_argument("--more-only-after", type=int, default=None, metavar="K",
+                    help="the prompts file holds only the --more-packages heads after the first K of them (no stdlib or "
+                    "--packages prompts): the new data for a drafter already trained on a run with --more-packages K, "
+                    "continued with --set init_from=<that drafter>")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
     ap.add_argument("--batch-size", type=int, default=16, help="generate with hf: prompts per batch")
@@ -216,6 +220,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.more_packages and a.source == "corpus":
         ap.error("--more-packages adds generation prompts; with --source corpus use --packages N for more windows")
+    if a.more_only_after is not None and a.more_packages <= a.more_only_after:
+        ap.error(f"--more-only-after {a.more_only_after} keeps the --more-packages heads after the first "
+                 f"{a.more_only_after}: set --more-packages above it (e.g. --more-packages 6000)")
     torch.set_num_threads(a.threads)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -253,6 +260,8 @@ def main() -> None:
             if len(added) < a.more_packages:
                 log(f"--more-packages {a.more_packages}: a draw of {MORE_POOL} package heads holds only {len(added)} new ones")
             more += added
+            if a.more_only_after is not None:
+                ps, more = [], added[a.more_only_after:]
         atomic_write_text(prompts_path, "".join(json.dumps({"prompt": p}) + "\n" for p in ps + more))
         log(f"prompts: {len(ps)} stdlib + {len(more)} package prefixes -> {prompts_path}")
     elif "prompts" in stages:
