@@ -53,6 +53,16 @@ and 480 steps from stage 1 (the asset README's first stage)::
         --set lr=1e-3 --set eval_every=240 --set keep_last=10 --set bf16=false --set num_layers=2 \
         --set position_weights=first_error --set focal=1.0 --set init_from=runs/stage1/assets/gemma-3-270m-dflash-b8
 
+A third stage (the README's G5F, not shipped): the shipped drafter continued on the continuations of
+3,940 package heads it was not trained on (``--more-only-after 2048``)::
+
+    python recipes/gemma3_270m_dflash.py --out runs/g5f --n-prompts 3000 --heads-first 1024 --packages 2048 \
+        --more-packages 6000 --more-only-after 2048 --new-tokens 48 --backend hf --batch-size 64 --offline \
+        --run-name G5F --max-steps 240 --train-minutes 25 --threads 2 --set loss=kl --set batch_size=32 \
+        --set max_anchors=16 --set lr=1e-3 --set eval_every=120 --set keep_last=10 --set bf16=false \
+        --set num_layers=2 --set position_weights=first_error --set focal=1.0 \
+        --set init_from=assets/gemma-3-270m-dflash-b8
+
 Minutes per stage and the eval results land in ``<out>/results-<run-name>.json``.
 """
 
@@ -197,9 +207,9 @@ def main() -> None:
                     f"in the order of a draw of {MORE_POOL}: with --force on an existing run the prompts file grows and "
                     "`generate --resume` keeps the answers already written")
     ap.add_argument("--more-only-after", type=int, default=None, metavar="K",
-                    help="the prompts file holds only the --more-packages heads after the first K of them (no stdlib or "
-                    "--packages prompts): the new data for a drafter already trained on a run with --more-packages K, "
-                    "continued with --set init_from=<that drafter>")
+                    help="the prompts file holds only the --more-packages heads after the first K of them (no "
+                    "stdlib or --packages prompts): the new data for a drafter already trained on a run with "
+                    "--more-packages K, continued with --set init_from=<that drafter>")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
     ap.add_argument("--batch-size", type=int, default=16, help="generate with hf: prompts per batch")
