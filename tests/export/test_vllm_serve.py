@@ -7,7 +7,9 @@ block, the embeddings vLLM's drafter computes for it and its drafts. Checked her
 
 - speculative output == plain output, token for token up to bf16 near-ties of the target (near_tie.py);
 - vLLM's spec-decode counters: accepted tokens > 0, acceptance rate within 0.02 of flashdraft's own
-  DFlash decoder on the same prompts (bf16 target);
+  DFlash decoder on the same prompts (bf16 target), plus a block of drafts for each round whose drafts
+  differ at a bf16 near-tie (on an AMD EPYC the shipped drafter's acceptance was 38/196 in vLLM against
+  flashdraft's 0.219: 5 tokens of 196);
 - the embeddings the served drafter receives are exactly HF's scaled Gemma embeddings (the raw
   rows differ by sqrt(640) = 25.3: the trap the exported table closes), round by round;
 - round by round, vLLM's drafts equal flashdraft's drafts for the same committed prefix, except at
@@ -63,6 +65,8 @@ def test_speculative_output_equals_plain_output(served, embedded_target):
 
 
 def test_acceptance_matches_flashdraft(served):
+    """vLLM's acceptance rate is flashdraft's, within 0.02 plus what the rounds whose drafts differ at bf16
+    near-ties (checked in the next test) can move: each such round by at most its block of drafts."""
     target, drafter, prompts, res, _ = served
     m = res["spec"]["metrics"]
     drafts, accepted = m["num_draft_tokens"], m["num_accepted_tokens"]
@@ -74,7 +78,10 @@ def test_acceptance_matches_flashdraft(served):
         rounds += len(g.stats.taus)
         acc += sum(t - 1 for t in g.stats.taus)
     ours = acc / (rounds * drafter.max_depth)
-    assert abs(accepted / drafts - ours) <= ACCEPTANCE_TOLERANCE, (accepted / drafts, ours)
+    rounds_ = [r for r in _flashdraft_drafts(target, drafter, prompts, res) if not r["past_end"]]
+    differing = sum(r["drafts"] != r["ours"] for r in rounds_)
+    tolerance = ACCEPTANCE_TOLERANCE + differing * drafter.max_depth / drafts
+    assert abs(accepted / drafts - ours) <= tolerance, (accepted / drafts, ours, differing)
 
 
 def _rounds(res, prompts):
@@ -92,32 +99,45 @@ def _rounds(res, prompts):
 
 
 @torch.no_grad()
-def test_served_drafter_gets_scaled_embeddings_and_proposes_flashdraft_drafts(served):
-    target, drafter, prompts, res, embeds = served
-    emb = target.model.get_input_embeddings()
-    rounds = _rounds(res, prompts)
-    assert len(rounds) == len(embeds) >= len(prompts)
+def _flashdraft_drafts(target, drafter, prompts, res) -> list[dict]:
+    """Every recorded vLLM round inside the returned outputs, with flashdraft's drafter's logits and drafts
+    for the same committed prefix (``past_end``: rounds vLLM drafted after the step that reached max_tokens)."""
     feats = {}
     for k, p in enumerate(prompts):  # causal target: the features of a prefix are a prefix of these
         seq = torch.tensor(p + res["spec"]["outputs"][k])
         n = torch.arange(seq.numel())
         _, feats[k] = target_forward(target, new_cache(), seq, n, n[:, None] >= n[None, :], drafter.target_layer_ids)
-    agree, past_end, gaps = 0, 0, []
-    for (k, start, ids, drafts, seq), e in zip(rounds, embeds):
+    out = []
+    for i, (k, start, ids, drafts, seq) in enumerate(_rounds(res, prompts)):
         if start >= len(seq):  # vLLM drafts once more after the step that reached max_tokens; the output is cut there
-            past_end += 1
+            out.append({"index": i, "past_end": True})
             continue
-        q = torch.tensor(ids)
+        drafter.reset()
+        logits = drafter.propose(torch.tensor(seq[: start + 1]), feats[k][:start])  # [B-1, V]
+        out.append({"index": i, "past_end": False, "start": start, "ids": ids, "seq": seq, "drafts": drafts,
+                    "logits": logits, "ours": logits.argmax(-1).tolist()})
+    return out
+
+
+@torch.no_grad()
+def test_served_drafter_gets_scaled_embeddings_and_proposes_flashdraft_drafts(served):
+    target, drafter, prompts, res, embeds = served
+    emb = target.model.get_input_embeddings()
+    rounds = _flashdraft_drafts(target, drafter, prompts, res)
+    assert len(rounds) == len(embeds) >= len(prompts)
+    agree, gaps = 0, []
+    for r in rounds:
+        if r["past_end"]:
+            continue
+        q, e, seq, start = torch.tensor(r["ids"]), embeds[r["index"]], r["seq"], r["start"]
         assert q[0] == seq[start] and (q[1:] == drafter.mask_token_id).all()  # [bonus, MASK x (B-1)]
         assert torch.equal(e, emb(q[None])[0].float())  # exactly HF's scaled rows
         assert not torch.allclose(e, emb.weight[q].float(), rtol=0.1)  # not the raw rows
-        drafter.reset()
-        logits = drafter.propose(torch.tensor(seq[: start + 1]), feats[k][:start])  # [B-1, V]
-        ours = logits.argmax(-1).tolist()
-        agree += ours == drafts
-        for j, (a, b) in enumerate(zip(ours, drafts, strict=True)):  # DFlash drafts every position in one pass
+        agree += r["ours"] == r["drafts"]
+        for j, (a, b) in enumerate(zip(r["ours"], r["drafts"], strict=True)):  # DFlash drafts every position at once
             if a != b:
-                gaps.append(float(logits[j].max() - logits[j, b]))
+                gaps.append(float(r["logits"][j].max() - r["logits"][j, b]))
+    past_end = sum(r["past_end"] for r in rounds)
     assert past_end <= len(prompts), f"{past_end} rounds start past the returned outputs"
     checked = len(rounds) - past_end
     positions = checked * drafter.max_depth
