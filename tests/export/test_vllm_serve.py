@@ -64,7 +64,7 @@ def test_speculative_output_equals_plain_output(served, embedded_target):
     assert all(len(o) == MAX_TOKENS for o in res["plain"]["outputs"])
 
 
-def test_acceptance_matches_flashdraft(served):
+def test_acceptance_matches_flashdraft(served, drafted):
     """vLLM's acceptance rate is flashdraft's, within 0.02 plus what the rounds whose drafts differ at bf16
     near-ties (checked in the next test) can move: each such round by at most its block of drafts."""
     target, drafter, prompts, res, _ = served
@@ -78,8 +78,7 @@ def test_acceptance_matches_flashdraft(served):
         rounds += len(g.stats.taus)
         acc += sum(t - 1 for t in g.stats.taus)
     ours = acc / (rounds * drafter.max_depth)
-    rounds_ = [r for r in _flashdraft_drafts(target, drafter, prompts, res) if not r["past_end"]]
-    differing = sum(r["drafts"] != r["ours"] for r in rounds_)
+    differing = sum(not r["past_end"] and r["drafts"] != r["ours"] for r in drafted)
     tolerance = ACCEPTANCE_TOLERANCE + differing * drafter.max_depth / drafts
     assert abs(accepted / drafts - ours) <= tolerance, (accepted / drafts, ours, differing)
 
@@ -119,14 +118,20 @@ def _flashdraft_drafts(target, drafter, prompts, res) -> list[dict]:
     return out
 
 
+@pytest.fixture(scope="module")
+def drafted(served):
+    """``_flashdraft_drafts`` of the served rounds, computed once for the two tests that read it."""
+    target, drafter, prompts, res, _ = served
+    return _flashdraft_drafts(target, drafter, prompts, res)
+
+
 @torch.no_grad()
-def test_served_drafter_gets_scaled_embeddings_and_proposes_flashdraft_drafts(served):
-    target, drafter, prompts, res, embeds = served
+def test_served_drafter_gets_scaled_embeddings_and_proposes_flashdraft_drafts(served, drafted):
+    target, drafter, prompts, _, embeds = served
     emb = target.model.get_input_embeddings()
-    rounds = _flashdraft_drafts(target, drafter, prompts, res)
-    assert len(rounds) == len(embeds) >= len(prompts)
+    assert len(drafted) == len(embeds) >= len(prompts)
     agree, gaps = 0, []
-    for r in rounds:
+    for r in drafted:
         if r["past_end"]:
             continue
         q, e, seq, start = torch.tensor(r["ids"]), embeds[r["index"]], r["seq"], r["start"]
@@ -137,9 +142,9 @@ def test_served_drafter_gets_scaled_embeddings_and_proposes_flashdraft_drafts(se
         for j, (a, b) in enumerate(zip(r["ours"], r["drafts"], strict=True)):  # DFlash drafts every position at once
             if a != b:
                 gaps.append(float(r["logits"][j].max() - r["logits"][j, b]))
-    past_end = sum(r["past_end"] for r in rounds)
+    past_end = sum(r["past_end"] for r in drafted)
     assert past_end <= len(prompts), f"{past_end} rounds start past the returned outputs"
-    checked = len(rounds) - past_end
+    checked = len(drafted) - past_end
     positions = checked * drafter.max_depth
     assert len(gaps) <= (1 - DRAFT_AGREEMENT) * positions, f"{len(gaps)}/{positions} drafted positions differ"
     assert all(g <= NEAR_TIE for g in gaps), (
