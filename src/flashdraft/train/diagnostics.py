@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 import torch
 
 from flashdraft.decode.ngram import lookup
+from flashdraft.decode.tree import best_first_tree
 from flashdraft.models.forward import lm_logits
 from flashdraft.train.data import Example, collate
 from flashdraft.train.objective import acceptance_metrics, anchor_candidates
@@ -204,6 +205,12 @@ def walk_taus(correct: torch.Tensor, weights: torch.Tensor, anchors: torch.Tenso
     so their mean tau is below the mean over random anchors (``tau_proxy``).
     """
     chain = (correct & (weights > 0))[..., 1:].long().cumprod(-1).sum(-1)  # [b, A] accepted slots per anchor
+    return rounds_from(chain, anchors, can_anchor)
+
+
+def rounds_from(chain: torch.Tensor, anchors: torch.Tensor, can_anchor: torch.Tensor) -> list[int]:
+    """The taus of a greedy decoder's rounds, given ``chain`` [b, A]: the drafts a round opened at each anchor
+    would accept (see :func:`walk_taus`)."""
     taus: list[int] = []
     for r in range(anchors.shape[0]):
         ok = can_anchor[r]
@@ -289,6 +296,88 @@ def walk_batch(objective, batch, features: torch.Tensor, final_h: torch.Tensor |
     if ngram is not None:
         preds.update(baseline_predictions(ngram, batch.input_ids, anchors, valid, bl.labels.shape[-1]))
     return {name: walk_taus(p == ref, w, anchors, can_anchor) for name, p in preds.items()}
+
+
+def tree_accepts(tree, reference: list[int]) -> int:
+    """How many of ``reference`` (the tokens a greedy decoder accepts after the root; -1 = not scored, a miss)
+    a walk of ``tree`` from its root accepts: it follows the child holding each next token while there is one."""
+    node, n = 0, 0
+    for tok in reference:
+        node = tree.children[node].get(tok, -1) if tok >= 0 else -1
+        if node < 0:
+            break
+        n += 1
+    return n
+
+
+@torch.no_grad()
+def walk_tree_batch(objective, batch, features: torch.Tensor, final_h: torch.Tensor | None, budget: int,
+                    temperatures: tuple[float, ...] = (1.0,)) -> dict[float, dict[str, list]]:
+    """DDTree's rounds over ``batch``: at every anchor the best-first tree of ``budget`` nodes built from the
+    drafter's marginals at softmax temperature T, walked against :func:`reference_tokens`. Per T: ``taus``,
+    the :func:`rounds_from` taus (T = 1: the tree DDTree decodes with); ``accepted`` and ``expected``, per
+    anchor the drafts the walk accepts and the tree's own estimate of it (the sum of its nodes' prefix
+    probabilities, what cost sizing trusts)."""
+    d = objective.drafter
+    bl = objective.blocks(batch, every_anchor=True)
+    ref = reference_tokens(d.target, bl, final_h)  # [b, A, B]
+    anchors, valid = bl.anchors.cpu(), bl.valid.cpu()
+    cand = torch.stack([anchor_candidates(m, i) for m, i in zip(batch.loss_mask, batch.doc_ids)])  # [b, T]
+    can_anchor = valid & cand.cpu().gather(1, anchors)  # [b, A]
+    h = d.train_hidden(features, batch.input_ids, batch.doc_ids, batch.positions, bl.anchors)  # [b, A, B, d]
+    head = objective.head(d.target)
+    ids = getattr(head, "ids", None)  # [C] target ids of a draft vocabulary, None for the full one
+    chains = {t: torch.zeros(anchors.shape, dtype=torch.long) for t in temperatures}
+    out = {t: {"accepted": [], "expected": []} for t in temperatures}
+    for r, a in can_anchor.nonzero().tolist():
+        logits = head(h[r, a, 1:]).float()  # [B-1, C]
+        want = ref[r, a, 1:].tolist()
+        for t in temperatures:
+            tree = best_first_tree(0, torch.log_softmax(logits / t, -1), budget, ids)
+            chains[t][r, a] = tree_accepts(tree, want)
+            out[t]["accepted"].append(int(chains[t][r, a]))
+            out[t]["expected"].append(sum(math.exp(x) for x in tree.scores[1:]))
+    for t, chain in chains.items():
+        out[t]["taus"] = rounds_from(chain, anchors, can_anchor)
+    return out
+
+
+TREE_TEMPERATURES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3)  # the grid calibrate_tree searches
+
+
+@torch.no_grad()
+def calibrate_tree(objective, examples: list[Example], features_of, budget: int = 32, seed: int = 0,
+                   temperatures: tuple[float, ...] = TREE_TEMPERATURES) -> dict:
+    """The softmax temperature at which DDTree's tree (``budget`` nodes) estimates its own acceptance right.
+
+    A tree's estimate of the drafts a round accepts is the sum of its nodes' prefix probabilities, products
+    of per-depth marginals; a drafter's slots err together, so at T = 1 that product understates how often
+    a deep prefix is accepted, and cost sizing then cuts trees that would pay. On ``examples`` (held out)
+    each T's tree is walked at every anchor (:func:`walk_tree_batch`); the returned ``tree_temperature`` is
+    where the mean estimate meets the mean accepted (log-linear between grid points, clamped to the grid).
+    Also per T: ``accepted``, ``expected`` (means per anchor) and the walk's ``walk_tau``."""
+    acc: dict[float, list[int]] = defaultdict(list)
+    est: dict[float, list[float]] = defaultdict(list)
+    taus: dict[float, list[int]] = defaultdict(list)
+    for s in range(0, len(examples), 2):
+        rows = [[e] for e in examples[s : s + 2]]
+        batch = collate(rows, [seed * 1_000_003 + e.index for e in examples[s : s + 2]])
+        for t, x in walk_tree_batch(objective, batch, *features_of(batch, rows), budget, temperatures).items():
+            acc[t] += x["accepted"]
+            est[t] += x["expected"]
+            taus[t] += x["taus"]
+    ts = sorted(t for t in temperatures if acc[t])
+    if not ts:
+        return {}
+    ratio = {t: math.log(max(sum(est[t]), 1e-9) / max(sum(acc[t]), 1e-9)) for t in ts}  # falls as T grows
+    best = ts[0] if ratio[ts[0]] <= 0 else ts[-1]
+    for lo, hi in zip(ts, ts[1:]):
+        if ratio[lo] > 0 >= ratio[hi]:
+            best = lo + (hi - lo) * ratio[lo] / (ratio[lo] - ratio[hi])
+            break
+    return {"tree_temperature": round(best, 3), "budget": budget, "anchors": len(acc[ts[0]]),
+            "per_temperature": {t: {"accepted": sum(acc[t]) / len(acc[t]), "expected": sum(est[t]) / len(est[t]),
+                                    "walk_tau": sum(taus[t]) / len(taus[t])} for t in ts}}
 
 
 def _walk(objective, examples: list[Example], features_of, ngram: NgramBaseline | None, seed: int,
