@@ -21,6 +21,9 @@ class DecodeConfig(Section):
     sizing: Sizing = Field(
         "fixed", description="ddtree*: fixed verifies the whole budget; cost keeps what pays for its verify cost on this "
         "machine (flashdraft.decode.sizing)")
+    tree_temperature: float | None = Field(
+        None, gt=0, description="ddtree*: softmax temperature of the marginals the tree is built from (default: the "
+        "drafter's calibrated tree_temperature, else 1)")
     temperature: float = Field(0.0, ge=0.0)
     max_new_tokens: int = Field(64, ge=1)
     seed: int = 0

@@ -172,8 +172,8 @@ class HybridTreeDecoder(DDTreeDecoder):
     OPTIONS = LOOKUP_OPTIONS + DDTreeDecoder.OPTIONS
 
     def __init__(self, target, drafter=None, budget: int | None = None, lookup_min: int = 1, lookup_max: int = 3,
-                 sizing: str = "fixed"):
-        super().__init__(target, drafter=drafter, budget=budget, sizing=sizing)
+                 sizing: str = "fixed", tree_temperature: float | None = None):
+        super().__init__(target, drafter=drafter, budget=budget, sizing=sizing, tree_temperature=tree_temperature)
         self.drafter = _DrafterWithLookup(drafter, PromptLookup(k=drafter.max_depth, max_n=lookup_max, min_n=lookup_min))
 
     def draft(self, tokens, feats):
@@ -182,6 +182,5 @@ class HybridTreeDecoder(DDTreeDecoder):
     def draft_tree(self, root: int, proposal) -> DraftTree:
         (logits, ids), chains = proposal
         look = chains[0][: self.budget] if chains else []
-        lp = torch.log_softmax(logits.float(), dim=-1)  # [B-1, C]
-        tree = self.sized(best_first_tree(root, lp, max(1, self.budget - len(look)), ids))
+        tree = self.sized(best_first_tree(root, self.marginals(logits), max(1, self.budget - len(look)), ids))
         return merge_branches(root, [look], self.budget, tree) if look else tree

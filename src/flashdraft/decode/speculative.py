@@ -224,13 +224,19 @@ class DDTreeDecoder(SpeculativeDecoder):
     """
 
     DEFAULT_BUDGET = 32
-    OPTIONS = ("sizing",)
+    OPTIONS = ("sizing", "tree_temperature")
 
-    def __init__(self, target: Target, drafter=None, budget: int | None = None, sizing: str = "fixed"):
+    def __init__(self, target: Target, drafter=None, budget: int | None = None, sizing: str = "fixed",
+                 tree_temperature: float | None = None):
         if sizing not in SIZINGS:
             raise DecodeError(f"sizing {sizing!r} is not one of {', '.join(SIZINGS)}; pick one")
         super().__init__(target, drafter=drafter, budget=budget if budget is not None else self.DEFAULT_BUDGET)
         self.sizing = sizing
+        if tree_temperature is None:  # the drafter's calibrated temperature (config.json), else 1
+            tree_temperature = getattr(getattr(drafter, "cfg", None), "tree_temperature", None) or 1.0
+        if not tree_temperature > 0:
+            raise DecodeError(f"tree_temperature must be > 0, got {tree_temperature}")
+        self.tree_temperature = float(tree_temperature)
         self._costs: VerifyCosts | None = None
 
     def sized(self, tree: DraftTree, keep: int = 0) -> DraftTree:
@@ -245,4 +251,8 @@ class DDTreeDecoder(SpeculativeDecoder):
 
     def draft_tree(self, root, proposal):
         logits, ids = proposal  # [B-1, C], [C] or None
-        return self.sized(best_first_tree(root, torch.log_softmax(logits.float(), dim=-1), self.budget, ids))
+        return self.sized(best_first_tree(root, self.marginals(logits), self.budget, ids))
+
+    def marginals(self, logits: torch.Tensor) -> torch.Tensor:
+        """[B-1, C] the drafter's log-probabilities per depth at :attr:`tree_temperature`, which the tree is built from."""
+        return torch.log_softmax(logits.float() / self.tree_temperature, dim=-1)

@@ -32,6 +32,10 @@ class DFlashConfig(DrafterConfig):
     layer_types: list[LayerType] = []
     sliding_window: int | None = None
     draft_vocab_size: int | None = None
+    tree_temperature: float | None = Field(None, gt=0, description=(
+        "softmax temperature of the marginals DDTree builds its tree from (flashdraft; other loaders ignore it): "
+        "the one at which the tree's own estimate of its accepted drafts matches a held-out walk's, so cost "
+        "sizing trusts calibrated probabilities; None = 1"))
 
     @model_validator(mode="after")
     def _check(self) -> "DFlashConfig":
