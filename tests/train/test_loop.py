@@ -11,6 +11,7 @@ import torch
 
 from flashdraft.decode import build_decoder
 from flashdraft.models.dflash import DFlashDrafter
+from flashdraft.models.drafter import load_drafter
 from flashdraft.train import checkpoint as ckpt_mod
 from flashdraft.train.checkpoint import latest_checkpoint, list_checkpoints
 from flashdraft.train.config import TrainConfig
@@ -175,3 +176,19 @@ def test_init_from_a_shallower_drafter_grows_it_and_starts_from_its_function(tmp
     exported = DFlashDrafter.from_pretrained(b.final_drafter, target)
     assert exported.cfg.num_hidden_layers == 3
     assert float(exported.layers[2].mlp.down_proj.weight.detach().abs().sum()) > 0  # trained from zero
+
+
+def test_a_block_drafter_is_saved_with_its_calibrated_tree_temperature(tmp_path, data):
+    res = Trainer(make_cfg(tmp_path, data, holdout=0.25, holdout_walk=2, tensorboard=False),
+                  target=tiny_target("qwen3")).run()
+    t = json.loads((res.final_drafter / "config.json").read_text())["tree_temperature"]
+    rec = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    cal = [r for r in rec if r["kind"] == "tree_calibration"]
+    assert len(cal) == 1 and cal[0]["tree_temperature"] == t and cal[0]["anchors"] > 0
+    assert min(map(float, cal[0]["per_temperature"])) <= t <= max(map(float, cal[0]["per_temperature"]))
+    again = Trainer(make_cfg(tmp_path, data, holdout=0.25, holdout_walk=2, calibrate_tree=False, tensorboard=False,
+                             init_from=str(res.final_drafter), out_dir=str(tmp_path / "off")),
+                    target=tiny_target("qwen3")).run()
+    assert "tree_temperature" not in json.loads((again.final_drafter / "config.json").read_text())  # not inherited
+    target = tiny_target("qwen3")
+    assert build_decoder("ddtree", target, load_drafter(res.final_drafter, target)).tree_temperature == t

@@ -3,6 +3,8 @@ real decoding measures (which the mean over random anchors, ``tau_proxy``, overs
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -11,8 +13,11 @@ from flashdraft.models.drafter import load_drafter
 from flashdraft.models.forward import target_pass
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import Example, collate
-from flashdraft.train.diagnostics import NgramBaseline, heldout_report, walk_batch, walk_taus
+from flashdraft.train.diagnostics import (
+    NgramBaseline, calibrate_tree, heldout_report, reference_tokens, walk_batch, walk_taus, walk_tree_batch,
+)
 from flashdraft.train.loop import Trainer
+from flashdraft.train.objective import anchor_candidates
 from flashdraft.train.objectives import objective_class
 from tests.tiny import MASK_ID, hf_greedy, random_prompts, tiny_target
 
@@ -99,3 +104,59 @@ def test_heldout_report_walks_the_drafter_and_the_baselines(trained):
     assert all(1.0 <= rep[k]["walk_tau"] <= BLOCK for k in ("drafter", "bigram", "prompt_lookup"))
     # rounds start right after a miss: the walk is below the mean over random anchors
     assert rep["drafter"]["walk_tau"] < rep["drafter"]["tau_proxy"]
+
+
+@pytest.mark.parametrize("trained", ["dflash"], indirect=True)  # DDTree reads a block drafter's marginals
+def test_tree_walk_is_what_ddtree_decoding_measures(trained):
+    target, objective, _ = trained
+    drafter = objective.drafter
+    dec = build_decoder("ddtree", target, drafter, budget=6)
+    real, walked, accepted, expected = [], [], [], []
+    for ex in greedy_examples(target, 6, seed=1):
+        g = dec.generate(ex.token_ids[:PROMPT], NEW)
+        assert g.tokens == ex.token_ids[PROMPT : PROMPT + len(g.tokens)]
+        batch = collate([[ex]], [0])
+        feats, final = target_pass(target, batch, drafter.target_layer_ids, want_final=True)
+        out = walk_tree_batch(objective, batch, feats, final, budget=6, temperatures=(1.0, 0.01))
+        n = 0
+        while n < len(g.stats.taus) and sum(g.stats.taus[: n + 1]) <= NEW - BLOCK:
+            n += 1
+        real += g.stats.taus[:n]
+        walked += out[1.0]["taus"][:n]
+        accepted += out[1.0]["accepted"]
+        expected += out[1.0]["expected"]
+        # near-zero temperature: the argmax chain comes first in the tree, so the tree accepts at least as much
+        assert all(a >= c for a, c in zip(out[0.01]["accepted"], walk_chain(objective, batch, feats, final)))
+    assert len(real) >= 30
+    assert walked == real
+    assert sum(walked) / len(walked) > 1.2
+    assert len(accepted) == len(expected) and all(0 <= e <= 6 for e in expected)
+
+
+def walk_chain(objective, batch, feats, final) -> list[int]:
+    """Per anchor (the order walk_tree_batch visits them), the drafts the argmax chain accepts."""
+    bl = objective.blocks(batch, every_anchor=True)
+    ref = reference_tokens(objective.drafter.target, bl, final)
+    pred = objective(batch, bl, 1.0, features=feats, final_h=final).pred.cpu()
+    anchors, valid = bl.anchors.cpu(), bl.valid.cpu()
+    cand = torch.stack([anchor_candidates(m, i) for m, i in zip(batch.loss_mask, batch.doc_ids)])
+    can_anchor = valid & cand.cpu().gather(1, anchors)
+    hits = ((pred == ref) & (bl.weights.cpu() > 0))[..., 1:].long().cumprod(-1).sum(-1)  # [b, A]
+    return [int(hits[r, a]) for r, a in can_anchor.nonzero().tolist()]
+
+
+@pytest.mark.parametrize("trained", ["dflash"], indirect=True)
+def test_calibrated_tree_estimates_its_own_acceptance(trained):
+    target, objective, _ = trained
+    ids = objective.drafter.target_layer_ids
+    examples = greedy_examples(target, 6, seed=1)  # never trained on
+    features_of = lambda b, rows: target_pass(target, b, ids, True)  # noqa: E731
+    cal = calibrate_tree(objective, examples, features_of, budget=6)
+    t, per = cal["tree_temperature"], cal["per_temperature"]
+    assert min(per) <= t <= max(per) and cal["anchors"] >= 6 * NEW // 2
+
+    def miscalibration(temp: float) -> float:
+        p = calibrate_tree(objective, examples, features_of, budget=6, temperatures=(temp,))["per_temperature"][temp]
+        return abs(math.log(p["expected"] / p["accepted"]))
+
+    assert miscalibration(t) <= min(miscalibration(x) for x in (min(per), 1.0, max(per))) + 0.02

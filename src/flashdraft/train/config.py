@@ -107,6 +107,10 @@ class TrainConfig(Section):
         16, ge=0, description="on this many held-out sequences, draft at every anchor and walk them as a greedy "
         "decoder does (rounds start after each miss): 'walk tau', what real decoding measures; 0 = off",
     )
+    calibrate_tree: bool = Field(
+        True, description="at the end, set a block drafter's tree_temperature (config.json) to where DDTree's tree "
+        "estimates its own acceptance right on the holdout_walk sequences (cost sizing trusts those estimates)",
+    )
     train_sequences: int | None = Field(
         None, ge=1, description="train on this many of the sequences left after the hold-out (a seeded draw; "
         "the held-out set and a feature cache stay the same), for a learning curve over data size",

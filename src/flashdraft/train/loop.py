@@ -37,7 +37,7 @@ from flashdraft.train.checkpoint import (
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import DataStats, DataStream, Example, collate, load_examples
 from flashdraft.train.diagnostics import (
-    NgramBaseline, feature_scale, feature_stats, format_feature_stats, format_report, heldout_report,
+    NgramBaseline, calibrate_tree, feature_scale, feature_stats, format_feature_stats, format_report, heldout_report,
 )
 from flashdraft.train.disaggregated import FeatureChannel, role, share_plan
 from flashdraft.train.dist import agree, bf16_is_fast, dist_world, resolve_device, stop_signals
@@ -372,6 +372,31 @@ class Trainer:
             out[v.label] = rep
         return out
 
+    def calibrate_trees(self) -> None:
+        """Set each block drafter's ``tree_temperature`` (saved in its config.json) to the one at which DDTree's
+        tree estimates its own acceptance right on the walked held-out sequences (:func:`calibrate_tree`)."""
+        on = bool(self.heldout and self.is_main and self.cfg.calibrate_tree and self.cfg.holdout_walk)
+        for v in self.variants:
+            if v.objective.eval_method != "dflash" or not hasattr(v.drafter.cfg, "tree_temperature"):
+                continue  # DDTree reads a block drafter's marginals
+            v.drafter.cfg.tree_temperature = None  # an init_from drafter's calibration does not hold for new weights
+            if not on:
+                continue
+            ids = v.drafter.target_layer_ids
+            with v.eval_weights():
+                cal = calibrate_tree(v.objective, self.heldout[: self.cfg.holdout_walk],
+                                     lambda b, rows: self._features_of(b, rows, ids, v.objective.wants_final(v.cfg)),
+                                     seed=self.cfg.seed)
+            if not cal:
+                continue
+            v.drafter.cfg.tree_temperature = cal["tree_temperature"]
+            self._log({"step": self.step, "kind": "tree_calibration", **cal}, v)
+            per = cal["per_temperature"]
+            self._say(f"[{v.label}] DDTree@{cal['budget']} on {cal['anchors']} held-out anchors: tree_temperature "
+                      f"{cal['tree_temperature']} (drafts accepted / the tree's estimate / walk tau: "
+                      + ", ".join(f"T {t:g} {p['accepted']:.2f} / {p['expected']:.2f} / {p['walk_tau']:.2f}"
+                                  for t, p in per.items()) + ")")
+
     def _say(self, text: str) -> None:
         if self.is_main and self.cfg.progress:
             from rich.console import Console
@@ -491,6 +516,7 @@ class Trainer:
             result.step = self.step
             if result.stopped in ("done", "time"):
                 result.heldout = self.diagnose()
+                self.calibrate_trees()
                 evals = self.evaluate()
                 for v in self.variants:
                     rec = result.variants.setdefault(v.label, {})
