@@ -177,8 +177,6 @@ def save_drafter_files(drafter, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     cfg = drafter.cfg.model_dump(mode="json")
-    if cfg.get("tree_temperature", 0) is None:  # unset: the file keeps the z-lab fields only
-        del cfg["tree_temperature"]
     cfg["torch_dtype"] = str(drafter.fc.weight.dtype).removeprefix("torch.")
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     state = {k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items()}

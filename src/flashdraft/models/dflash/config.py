@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from flashdraft.models.drafter import DrafterConfig
 
@@ -47,6 +47,13 @@ class DFlashConfig(DrafterConfig):
             raise ValueError("layer_types has sliding_attention layers but sliding_window is not set")
         self.check_layer_shape()
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        out = handler(self)
+        if out.get("tree_temperature", 0) is None:  # unset: a file keeps the z-lab fields only
+            del out["tree_temperature"]
+        return out
 
     @property
     def mask_token_id(self) -> int:
