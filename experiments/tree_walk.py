@@ -1,9 +1,11 @@
 """DDTree's tau on held-out sequences without running the decoder: at every anchor of the target's own
 greedy continuations the drafter's best-first tree of ``--budget`` nodes is built and walked against
 the tokens a greedy decoder accepts, and rounds anchor right after each miss, as decoding does
-(:func:`flashdraft.train.diagnostics.walk_tree_batch`). ``--temperatures``: the softmax temperature of
-the marginals the tree is built from (DDTree decodes with 1); the DFlash chain's walk tau is printed
-next to them as a check against the training run's held-out table.
+(:func:`flashdraft.train.diagnostics.calibrate_tree`, which training runs at the end on the grid
+``TREE_TEMPERATURES``). ``--temperatures``: the softmax temperatures of the marginals the tree is built
+from (DDTree decodes with 1); per T the walk tau, the drafts accepted at every anchor and the tree's own
+estimate of them, then the temperature where the two meet; the DFlash chain's walk tau is printed first
+as a check against the training run's held-out table.
 
     python experiments/tree_walk.py assets/gemma-3-270m-dflash-b8 --data runs/g5f/generated \
         --features runs/g5f/features --walk 64 --budget 32 --temperatures 0.5,0.7,1,1.4
@@ -12,16 +14,14 @@ next to them as a check against the training run's held-out table.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 
 import torch
 
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import collate
-from flashdraft.train.diagnostics import walk_batch, walk_tree_batch
+from flashdraft.train.diagnostics import calibrate_tree, walk_batch
 from flashdraft.train.loop import Trainer
 
 
@@ -37,7 +37,6 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     temps = tuple(float(t) for t in a.temperatures.split(","))
-    budgets = a.budget or [32]
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TrainConfig.load(Path(a.drafter) / "train_config.yaml", data=a.data, features=a.features,
                                init_from=a.drafter, out_dir=tmp, holdout_walk=0, eval_n=0, threads=a.threads,
@@ -45,28 +44,23 @@ def main() -> None:
         trainer = Trainer(cfg)
     v = trainer.variants[0]
     obj, ids = v.objective, v.drafter.target_layer_ids
-    taus: dict[str, list[int]] = defaultdict(list)
-    accepted: dict[str, list[int]] = defaultdict(list)  # per anchor: drafts the tree's walk accepts
-    expected: dict[str, list[float]] = defaultdict(list)  # per anchor: the tree's estimate of it
     examples = trainer.heldout[: a.walk]
+    features_of = lambda b, rows: trainer._features_of(b, rows, ids, obj.wants_final(cfg))  # noqa: E731
+    chain: list[int] = []  # the DFlash chain's rounds, the check against the training run's table
     for s in range(0, len(examples), 2):
         rows = [[e] for e in examples[s : s + 2]]
         batch = collate(rows, [cfg.seed * 1_000_003 + e.index for e in examples[s : s + 2]])
-        feats, final_h = trainer._features_of(batch, rows, ids, obj.wants_final(cfg))
         with torch.no_grad():
-            taus["dflash chain"] += walk_batch(obj, batch, feats, final_h)["drafter"]
-            for b in budgets:
-                for t, x in walk_tree_batch(obj, batch, feats, final_h, b, temps).items():
-                    taus[f"ddtree@{b}, T={t:g}"] += x["taus"]
-                    accepted[f"ddtree@{b}, T={t:g}"] += x["accepted"]
-                    expected[f"ddtree@{b}, T={t:g}"] += x["expected"]
+            chain += walk_batch(obj, batch, *features_of(batch, rows))["drafter"]
     print(f"{len(examples)} held-out sequences of {', '.join(a.data)}; drafter {a.drafter}")
-    print("| method | walk tau | rounds | median tau | accepted at every anchor | the tree's estimate of it |")
-    print("|---|---|---|---|---|---|")
-    for name, t in taus.items():
-        acc, est = accepted.get(name), expected.get(name)
-        cal = f"{statistics.mean(acc):.3f} | {statistics.mean(est):.3f}" if acc else "- | -"
-        print(f"| {name} | {sum(t) / len(t):.3f} | {len(t)} | {statistics.median(t):g} | {cal} |")
+    print("| method | walk tau | rounds | accepted at every anchor | the tree's estimate of it |")
+    print("|---|---|---|---|---|")
+    print(f"| dflash chain | {sum(chain) / len(chain):.3f} | {len(chain)} | - | - |")
+    for b in a.budget or [32]:
+        cal = calibrate_tree(obj, examples, features_of, b, seed=cfg.seed, temperatures=temps)
+        for t, p in cal["per_temperature"].items():
+            print(f"| ddtree@{b}, T={t:g} | {p['walk_tau']:.3f} | {p['rounds']} | {p['accepted']:.3f} | {p['expected']:.3f} |")
+        print(f"| ddtree@{b}: calibrated tree_temperature {cal['tree_temperature']} | | | | |")
 
 
 if __name__ == "__main__":

@@ -14,10 +14,10 @@ from flashdraft.models.forward import target_pass
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import Example, collate
 from flashdraft.train.diagnostics import (
-    NgramBaseline, calibrate_tree, heldout_report, reference_tokens, walk_batch, walk_taus, walk_tree_batch,
+    NgramBaseline, calibrate_tree, decode_anchors, heldout_report, reference_tokens, walk_batch, walk_taus,
+    walk_tree_batch,
 )
 from flashdraft.train.loop import Trainer
-from flashdraft.train.objective import anchor_candidates
 from flashdraft.train.objectives import objective_class
 from tests.tiny import MASK_ID, hf_greedy, random_prompts, tiny_target
 
@@ -138,9 +138,7 @@ def walk_chain(objective, batch, feats, final) -> list[int]:
     bl = objective.blocks(batch, every_anchor=True)
     ref = reference_tokens(objective.drafter.target, bl, final)
     pred = objective(batch, bl, 1.0, features=feats, final_h=final).pred.cpu()
-    anchors, valid = bl.anchors.cpu(), bl.valid.cpu()
-    cand = torch.stack([anchor_candidates(m, i) for m, i in zip(batch.loss_mask, batch.doc_ids)])
-    can_anchor = valid & cand.cpu().gather(1, anchors)
+    can_anchor = decode_anchors(batch, bl)
     hits = ((pred == ref) & (bl.weights.cpu() > 0))[..., 1:].long().cumprod(-1).sum(-1)  # [b, A]
     return [int(hits[r, a]) for r, a in can_anchor.nonzero().tolist()]
 

@@ -26,7 +26,7 @@ import torch
 
 from flashdraft.decode.base import DecodeError, Decoder, DecodeStats, Generation, register
 from flashdraft.decode.sizing import SIZINGS, VerifyCosts, cost_sized, verify_costs
-from flashdraft.decode.tree import DraftTree, argmax_chain, best_first_tree, root_only
+from flashdraft.decode.tree import DraftTree, argmax_chain, best_first_tree, root_only, tree_marginals
 from flashdraft.models.drafter import propose_scores
 from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.target import Target
@@ -255,4 +255,4 @@ class DDTreeDecoder(SpeculativeDecoder):
 
     def marginals(self, logits: torch.Tensor) -> torch.Tensor:
         """[B-1, C] the drafter's log-probabilities per depth at :attr:`tree_temperature`, which the tree is built from."""
-        return torch.log_softmax(logits.float() / self.tree_temperature, dim=-1)
+        return tree_marginals(logits, self.tree_temperature)

@@ -82,6 +82,12 @@ def argmax_chain(root: int, draft_logits: torch.Tensor, ids: torch.Tensor | None
     return chain_tree(root, (cols if ids is None else ids[cols]).tolist(), lp.tolist())
 
 
+def tree_marginals(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """[..., L, C] a drafter's logits per depth -> the log-probabilities DDTree ranks prefixes by, at softmax
+    ``temperature`` (1: the drafter's own marginals)."""
+    return torch.log_softmax(logits.float() / temperature, dim=-1)
+
+
 def best_first_tree(root: int, log_probs: torch.Tensor, budget: int, ids: torch.Tensor | None = None) -> DraftTree:
     """DDTree's tree: the ``budget`` prefixes with the highest product of per-position marginals.
 

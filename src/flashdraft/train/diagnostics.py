@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 import torch
 
 from flashdraft.decode.ngram import lookup
-from flashdraft.decode.tree import best_first_tree
+from flashdraft.decode.tree import best_first_tree, tree_marginals
 from flashdraft.models.forward import lm_logits
 from flashdraft.train.data import Example, collate
 from flashdraft.train.objective import acceptance_metrics, anchor_candidates
@@ -194,6 +194,13 @@ def reference_tokens(target, blocks, final_h: torch.Tensor | None, chunk: int = 
     return ref.cpu()
 
 
+def decode_anchors(batch, blocks) -> torch.Tensor:
+    """[b, A] bool (CPU): the block anchors a greedy decoder's round can start at: valid, and the anchor and the
+    token after it are supervised data of one document (what a decoder produces)."""
+    cand = torch.stack([anchor_candidates(m, i) for m, i in zip(batch.loss_mask, batch.doc_ids)])  # [b, T]
+    return blocks.valid.cpu() & cand.cpu().gather(1, blocks.anchors.cpu())
+
+
 def walk_taus(correct: torch.Tensor, weights: torch.Tensor, anchors: torch.Tensor, can_anchor: torch.Tensor) -> list[int]:
     """The rounds a greedy speculative decoder makes over each row, from blocks at every anchor.
 
@@ -290,8 +297,7 @@ def walk_batch(objective, batch, features: torch.Tensor, final_h: torch.Tensor |
     bl = objective.blocks(batch, every_anchor=True)
     ref = reference_tokens(objective.drafter.target, bl, final_h)
     anchors, valid, w = bl.anchors.cpu(), bl.valid.cpu(), bl.weights.cpu()
-    cand = torch.stack([anchor_candidates(m, d) for m, d in zip(batch.loss_mask, batch.doc_ids)])  # [b, T]
-    can_anchor = valid & cand.cpu().gather(1, anchors)  # [b, A]
+    can_anchor = decode_anchors(batch, bl)  # [b, A]
     preds = {"drafter": objective(batch, bl, 1.0, features=features, final_h=final_h).pred.cpu()}
     if ngram is not None:
         preds.update(baseline_predictions(ngram, batch.input_ids, anchors, valid, bl.labels.shape[-1]))
@@ -321,24 +327,24 @@ def walk_tree_batch(objective, batch, features: torch.Tensor, final_h: torch.Ten
     d = objective.drafter
     bl = objective.blocks(batch, every_anchor=True)
     ref = reference_tokens(d.target, bl, final_h)  # [b, A, B]
-    anchors, valid = bl.anchors.cpu(), bl.valid.cpu()
-    cand = torch.stack([anchor_candidates(m, i) for m, i in zip(batch.loss_mask, batch.doc_ids)])  # [b, T]
-    can_anchor = valid & cand.cpu().gather(1, anchors)  # [b, A]
+    anchors, can_anchor = bl.anchors.cpu(), decode_anchors(batch, bl)  # [b, A] each
     h = d.train_hidden(features, batch.input_ids, batch.doc_ids, batch.positions, bl.anchors)  # [b, A, B, d]
     head = objective.head(d.target)
     ids = getattr(head, "ids", None)  # [C] target ids of a draft vocabulary, None for the full one
-    chains = {t: torch.zeros(anchors.shape, dtype=torch.long) for t in temperatures}
-    out = {t: {"accepted": [], "expected": []} for t in temperatures}
-    for r, a in can_anchor.nonzero().tolist():
-        logits = head(h[r, a, 1:]).float()  # [B-1, C]
-        want = ref[r, a, 1:].tolist()
-        for t in temperatures:
-            tree = best_first_tree(0, torch.log_softmax(logits / t, -1), budget, ids)
-            chains[t][r, a] = tree_accepts(tree, want)
-            out[t]["accepted"].append(int(chains[t][r, a]))
-            out[t]["expected"].append(sum(math.exp(x) for x in tree.scores[1:]))
-    for t, chain in chains.items():
-        out[t]["taus"] = rounds_from(chain, anchors, can_anchor)
+    at = can_anchor.nonzero().tolist()  # [(row, anchor)] in order
+    sel = can_anchor.to(h.device)
+    rows = h[sel][:, 1:]  # [n, B-1, d]: the drafted slots of every block a round can open
+    logits = head(rows.reshape(-1, rows.shape[-1])).float().view(*rows.shape[:2], -1)  # [n, B-1, C]
+    want = ref[can_anchor][:, 1:].tolist()  # [n][B-1]
+    out = {}
+    for t in temperatures:
+        trees = [best_first_tree(0, lp, budget, ids) for lp in tree_marginals(logits, t)]
+        accepted = [tree_accepts(tree, w) for tree, w in zip(trees, want)]
+        chain = torch.zeros(anchors.shape, dtype=torch.long)
+        for (r, a), n in zip(at, accepted):
+            chain[r, a] = n
+        out[t] = {"accepted": accepted, "expected": [sum(math.exp(x) for x in tree.scores[1:]) for tree in trees],
+                  "taus": rounds_from(chain, anchors, can_anchor)}
     return out
 
 
@@ -355,7 +361,7 @@ def calibrate_tree(objective, examples: list[Example], features_of, budget: int 
     a deep prefix is accepted, and cost sizing then cuts trees that would pay. On ``examples`` (held out)
     each T's tree is walked at every anchor (:func:`walk_tree_batch`); the returned ``tree_temperature`` is
     where the mean estimate meets the mean accepted (log-linear between grid points, clamped to the grid).
-    Also per T: ``accepted``, ``expected`` (means per anchor) and the walk's ``walk_tau``."""
+    Also per T: ``accepted``, ``expected`` (means per anchor) and the walk's ``walk_tau`` over its ``rounds``."""
     acc: dict[float, list[int]] = defaultdict(list)
     est: dict[float, list[float]] = defaultdict(list)
     taus: dict[float, list[int]] = defaultdict(list)
@@ -377,7 +383,7 @@ def calibrate_tree(objective, examples: list[Example], features_of, budget: int 
             break
     return {"tree_temperature": round(best, 3), "budget": budget, "anchors": len(acc[ts[0]]),
             "per_temperature": {t: {"accepted": sum(acc[t]) / len(acc[t]), "expected": sum(est[t]) / len(est[t]),
-                                    "walk_tau": sum(taus[t]) / len(taus[t])} for t in ts}}
+                                    "walk_tau": sum(taus[t]) / len(taus[t]), "rounds": len(taus[t])} for t in ts}}
 
 
 def _walk(objective, examples: list[Example], features_of, ngram: NgramBaseline | None, seed: int,
