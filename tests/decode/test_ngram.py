@@ -6,7 +6,8 @@ import torch
 from scipy.stats import chisquare
 
 from flashdraft.decode import DECODERS, DecodeError, build_decoder
-from flashdraft.decode.ngram import lookup, merge_branches
+from flashdraft.decode.lookup import lookup
+from flashdraft.decode.ngram import merge_branches
 from tests.lossless import assert_same_tokens
 from tests.tiny import hf_greedy, random_prompts, tiny_target
 

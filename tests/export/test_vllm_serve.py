@@ -71,7 +71,7 @@ def test_acceptance_matches_flashdraft(served, drafted):
     m = res["spec"]["metrics"]
     drafts, accepted = m["num_draft_tokens"], m["num_accepted_tokens"]
     assert accepted > 0
-    dec = DFlashDecoder(target, drafter)
+    dec = DFlashDecoder(target, drafter, hints="none")  # vLLM fills MASK (an export drops block_hints)
     rounds = acc = 0
     for p in prompts:
         g = dec.generate(p, MAX_TOKENS)

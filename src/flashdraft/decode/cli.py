@@ -29,6 +29,7 @@ def decode(
     lookup_max: Optional[int] = typer.Option(None, "--lookup-max", help="ngram*: longest n-gram matched (default 3)."),
     sizing: Optional[str] = typer.Option(None, help="ddtree*: fixed (default, the whole budget) | cost (what pays on this machine)."),
     tree_temperature: Optional[float] = typer.Option(None, "--tree-temperature", help="ddtree*: temperature of the marginals the tree is built from (default: the drafter's calibrated one, else 1)."),
+    hints: Optional[str] = typer.Option(None, help="dflash / ddtree*: lookup (the draft slots hold prompt lookup's chain) | none (MASK); default: the drafter's block_hints."),
     temperature: Optional[float] = typer.Option(None, help="0 = greedy; > 0 = lossless sampling."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),
     seed: Optional[int] = typer.Option(None),
@@ -47,6 +48,7 @@ def decode(
             config, sets=sets, target=target, drafter=str(drafter) if drafter else None, method=method, budget=budget,
             temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype, lookup_min=lookup_min,
             lookup_max=lookup_max, sizing=sizing, tree_temperature=tree_temperature,
+            hints=hints,
         )
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         d = load_drafter(cfg.drafter, tgt) if cfg.drafter else None

@@ -24,6 +24,9 @@ class DecodeConfig(Section):
     tree_temperature: float | None = Field(
         None, gt=0, description="ddtree*: softmax temperature of the marginals the tree is built from (default: the "
         "drafter's calibrated tree_temperature, else 1)")
+    hints: Literal["lookup", "none"] | None = Field(
+        None, description="dflash/ddtree*: what fills the drafter's draft slots: lookup (prompt lookup's chain) or none "
+        "(MASK); default: the drafter's block_hints (config.json), else none")
     temperature: float = Field(0.0, ge=0.0)
     max_new_tokens: int = Field(64, ge=1)
     seed: int = 0

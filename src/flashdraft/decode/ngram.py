@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 
 from flashdraft.decode.base import DecodeError, register
-from flashdraft.decode.speculative import DDTreeDecoder, SpeculativeDecoder
+from flashdraft.decode.lookup import lookup
+from flashdraft.decode.speculative import DDTreeDecoder, SpeculativeDecoder, draft_block
 from flashdraft.decode.tree import DraftTree, best_first_tree, chain_tree
-from flashdraft.models.drafter import propose_scores
 
 
 class PromptLookup:
@@ -46,33 +46,6 @@ class PromptLookup:
     def propose(self, tokens: torch.Tensor, new_features=None) -> list[list[int]]:
         """tokens: [L] committed ids (the bonus last) -> up to ``branches`` distinct continuations."""
         return lookup(tokens, self.k, self.max_n, self.min_n, self.branches)
-
-
-def lookup(tokens: torch.Tensor, k: int, max_n: int = 3, min_n: int = 1, branches: int = 1) -> list[list[int]]:
-    """Continuations of earlier occurrences of the context's last n-gram (n = max_n .. min_n), best first.
-
-    tokens: [L] long. A continuation is the ``k`` tokens after an earlier occurrence at s (token L + j is
-    copied from s + n + j, from the copy itself past the end, as a repeating period would go on); for
-    ``branches`` = 1 the answer is the most recent occurrence of the longest matching n-gram that has
-    a continuation. Duplicates are dropped; empty list when nothing matches.
-    """
-    L = int(tokens.shape[0])
-    out: list[list[int]] = []
-    seen: set[tuple[int, ...]] = set()
-    for n in range(min(max_n, L - 1), min_n - 1, -1):
-        windows = tokens[: L - 1].unfold(0, n, 1)  # [L - n, n]: every n-gram that ends before the last token
-        hits = (windows == tokens[L - n :]).all(dim=1).nonzero().flatten().tolist()  # start indices
-        for s in reversed(hits):  # most recent first
-            cont = tokens[s + n : s + n + k].tolist()
-            while len(cont) < k:  # the copy runs into the end: keep copying what it predicted (LZ77-style overlap)
-                cont.append(cont[s + n + len(cont) - L])
-            key = tuple(cont)
-            if cont and key not in seen:
-                seen.add(key)
-                out.append(cont)
-                if len(out) >= branches:
-                    return out
-    return out
 
 
 def merge_branches(root: int, branches: list[list[int]], budget: int, tree: DraftTree | None = None) -> DraftTree:
@@ -147,17 +120,18 @@ class NgramTreeDecoder(NgramDecoder):
 
 
 class _DrafterWithLookup:
-    """A DFlash drafter whose ``propose`` also returns the prompt-lookup chain: ((logits [B-1, C], ids), chains)."""
+    """A DFlash drafter whose ``propose`` also returns the prompt-lookup chain: ((logits [B-1, C], ids), chains).
+    ``draft``: the drafter's own proposal (a DFlash decoder's ``draft``, block hints included)."""
 
-    def __init__(self, drafter, lookup: PromptLookup):
-        self.drafter, self.lookup = drafter, lookup
+    def __init__(self, drafter, lookup: PromptLookup, draft):
+        self.drafter, self.lookup, self.draft = drafter, lookup, draft
         self.target_layer_ids, self.max_depth = drafter.target_layer_ids, drafter.max_depth
 
     def reset(self) -> None:
         self.drafter.reset()
 
     def propose(self, tokens: torch.Tensor, new_features):
-        return propose_scores(self.drafter, tokens, new_features), self.lookup.propose(tokens)
+        return self.draft(tokens, new_features), self.lookup.propose(tokens)
 
 
 @register("ddtree_ngram")
@@ -172,9 +146,11 @@ class HybridTreeDecoder(DDTreeDecoder):
     OPTIONS = LOOKUP_OPTIONS + DDTreeDecoder.OPTIONS
 
     def __init__(self, target, drafter=None, budget: int | None = None, lookup_min: int = 1, lookup_max: int = 3,
-                 sizing: str = "fixed", tree_temperature: float | None = None):
-        super().__init__(target, drafter=drafter, budget=budget, sizing=sizing, tree_temperature=tree_temperature)
-        self.drafter = _DrafterWithLookup(drafter, PromptLookup(k=drafter.max_depth, max_n=lookup_max, min_n=lookup_min))
+                 sizing: str = "fixed", tree_temperature: float | None = None, hints: str | None = None):
+        super().__init__(target, drafter=drafter, budget=budget, sizing=sizing, tree_temperature=tree_temperature,
+                         hints=hints)
+        look = PromptLookup(k=drafter.max_depth, max_n=lookup_max, min_n=lookup_min)
+        self.drafter = _DrafterWithLookup(drafter, look, lambda tokens, feats: draft_block(drafter, tokens, feats, self.hints))
 
     def draft(self, tokens, feats):
         return self.drafter.propose(tokens, feats)  # ((logits [B-1, C], ids), lookup chains)

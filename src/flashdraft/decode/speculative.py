@@ -25,6 +25,7 @@ import time
 import torch
 
 from flashdraft.decode.base import DecodeError, Decoder, DecodeStats, Generation, register
+from flashdraft.decode.lookup import lookup_hints
 from flashdraft.decode.sizing import SIZINGS, VerifyCosts, cost_sized, verify_costs
 from flashdraft.decode.tree import DraftTree, argmax_chain, best_first_tree, root_only, tree_marginals
 from flashdraft.models.drafter import propose_scores
@@ -202,13 +203,43 @@ class ARDecoder(SpeculativeDecoder):
         return root_only(root)
 
 
+HINTS = ("lookup", "none")
+
+
+def block_hints(drafter, hints: str | None) -> str:
+    """The block hints a DFlash decoder drafts with: ``hints`` if given, else the drafter's ``block_hints``
+    (config.json), else "none" (MASK in every draft slot)."""
+    if hints is None:
+        hints = getattr(getattr(drafter, "cfg", None), "block_hints", None) or "none"
+    if hints not in HINTS:
+        raise DecodeError(f"hints {hints!r} is not one of {', '.join(HINTS)}; pick one")
+    return hints
+
+
+def draft_block(drafter, tokens: torch.Tensor, feats: torch.Tensor | None, hints: str):
+    """(logits [B-1, C], ids [C] or None): a DFlash drafter's logits over its draft vocabulary for the block after
+    ``tokens`` (propose_scores), its draft slots MASK or, with ``hints="lookup"``, prompt lookup's chain."""
+    if hints == "none":
+        return propose_scores(drafter, tokens, feats)
+    return propose_scores(drafter, tokens, feats, hints=lookup_hints(tokens, drafter.block_size - 1, drafter.mask_token_id))
+
+
 @register("dflash")
 class DFlashDecoder(SpeculativeDecoder):
-    """One drafter pass over [bonus, MASK x (B-1)]; the argmax chain of B-1 drafts is verified in one forward."""
+    """One drafter pass over [bonus, MASK x (B-1)]; the argmax chain of B-1 drafts is verified in one forward.
+
+    ``hints="lookup"``: the draft slots hold prompt lookup's chain instead of MASK (:func:`lookup_hints`), for
+    drafters trained with them (``block_hints``, the default then); the drafter confirms or corrects it.
+    """
+
+    OPTIONS = ("hints",)
+
+    def __init__(self, target: Target, drafter=None, budget: int | None = None, hints: str | None = None):
+        super().__init__(target, drafter=drafter, budget=budget)
+        self.hints = block_hints(drafter, hints)
 
     def draft(self, tokens, feats):
-        """(logits [B-1, C], ids [C] or None): the drafter's logits over its draft vocabulary (propose_scores)."""
-        return propose_scores(self.drafter, tokens, feats)
+        return draft_block(self.drafter, tokens, feats, self.hints)
 
     def draft_tree(self, root, proposal):
         logits, ids = proposal
@@ -224,14 +255,14 @@ class DDTreeDecoder(SpeculativeDecoder):
     """
 
     DEFAULT_BUDGET = 32
-    OPTIONS = ("sizing", "tree_temperature")
+    OPTIONS = ("sizing", "tree_temperature", "hints")
 
     def __init__(self, target: Target, drafter=None, budget: int | None = None, sizing: str = "fixed",
-                 tree_temperature: float | None = None):
+                 tree_temperature: float | None = None, hints: str | None = None):
         if sizing not in SIZINGS:
             raise DecodeError(f"sizing {sizing!r} is not one of {', '.join(SIZINGS)}; pick one")
         super().__init__(target, drafter=drafter, budget=budget if budget is not None else self.DEFAULT_BUDGET)
-        self.sizing = sizing
+        self.sizing, self.hints = sizing, block_hints(drafter, hints)
         if tree_temperature is None:  # the drafter's calibrated temperature (config.json), else 1
             tree_temperature = getattr(getattr(drafter, "cfg", None), "tree_temperature", None) or 1.0
         if not tree_temperature > 0:

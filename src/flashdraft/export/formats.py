@@ -136,6 +136,7 @@ def _reject_reduced_vocab(src: Source, fmt: str, reader: str) -> None:
 
 def _zlab_config(src: Source) -> dict:
     cfg = src.config.model_dump(mode="json")
+    cfg.pop("block_hints", None)  # flashdraft's own decoding (see export_drafter's note); every format fills MASK
     cfg["tie_word_embeddings"] = False
     cfg["torch_dtype"] = str(src.dtype).removeprefix("torch.")
     return cfg
@@ -299,6 +300,9 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
     quirks = measure_quirks(target)
     files = exporter.build(src, quirks, target, target_ref or target.name)
     notes = quirks.notes + files.notes
+    if getattr(src.config, "block_hints", None):
+        notes.append(f"block_hints {src.config.block_hints!r} dropped: {fmt} fills the draft slots with MASK, where this "
+                     "drafter accepts what `flashdraft decode --hints none` measures, not what it does with hints")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))

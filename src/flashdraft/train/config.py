@@ -49,6 +49,12 @@ class TrainConfig(Section):
     )
     dpace_alpha: float = Field(0.5, ge=0, le=1, description="smoothing of the drafter's own q for dpace/first_error/tree: q' = (1 - alpha) q + alpha")
     focal: float = Field(1.0, ge=0, description="first_error: weight (1 - q_k) ** focal on the slot that can break the chain")
+    block_hints: Literal["lookup", "none"] | None = Field(
+        None, description="dflash: 'lookup' fills a hint_prob share of the training blocks' draft slots with prompt "
+        "lookup's chain (MASK where nothing matches) instead of MASK and saves block_hints in config.json, so "
+        "flashdraft's dflash/ddtree decoders fill them in (other engines fill MASK, which the drafter still learns); "
+        "'none': MASK only; unset: as the init_from drafter has it (a fresh one: none)")
+    hint_prob: float = Field(0.5, ge=0, le=1, description="block_hints: the share of training blocks that get hints")
     tree_width: int = Field(4, ge=1, description="tree: candidates per depth the surrogate assumes (about budget / depth)")
     loss: Literal["ce", "kl"] = "ce"
     feature_noise: float = Field(0.0, ge=0, description="uniform +-noise on the fc input only")
@@ -167,7 +173,7 @@ class TrainConfig(Section):
 # fields a variant may change; everything else (data, target, batch, schedule length, cadence) is shared
 VARIANT_FIELDS = (
     "objective", "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
-    "init_norm_from_target", "draft_vocab_size", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "loss",
+    "init_norm_from_target", "draft_vocab_size", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "block_hints", "hint_prob", "loss",
     "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "full_vocab_argmax", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",
 )

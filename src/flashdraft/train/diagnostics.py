@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 
 import torch
 
-from flashdraft.decode.ngram import lookup
+from flashdraft.decode.lookup import lookup
 from flashdraft.decode.tree import best_first_tree, tree_marginals
 from flashdraft.models.forward import lm_logits
 from flashdraft.train.data import Example, collate
@@ -250,7 +250,7 @@ def heldout_report(objective, examples: list[Example], features_of, ngram: Ngram
     for s in range(0, len(examples), batch_size):
         rows = [[e] for e in examples[s : s + batch_size]]
         batch = collate(rows, [seed * 1_000_003 + e.index for e in examples[s : s + batch_size]])
-        batches.append((batch, rows, objective.blocks(batch)))
+        batches.append((batch, rows, objective.blocks(batch, evaluate=True)))
     B = batches[0][2].labels.shape[-1]  # block slots: the anchor, then the drafts
     feats = [features_of(batch, rows) for batch, rows, _ in batches]
     hits: dict[str, list[torch.Tensor]] = defaultdict(list)
@@ -294,7 +294,7 @@ def walk_batch(objective, batch, features: torch.Tensor, final_h: torch.Tensor |
                ngram: NgramBaseline | None = None) -> dict[str, list[int]]:
     """Blocks at every anchor of ``batch``, scored against :func:`reference_tokens` -> per predictor (the
     drafter, and the baselines with ``ngram``) the :func:`walk_taus` of a greedy decoder's rounds."""
-    bl = objective.blocks(batch, every_anchor=True)
+    bl = objective.blocks(batch, every_anchor=True, evaluate=True)
     ref = reference_tokens(objective.drafter.target, bl, final_h)
     anchors, valid, w = bl.anchors.cpu(), bl.valid.cpu(), bl.weights.cpu()
     can_anchor = decode_anchors(batch, bl)  # [b, A]
@@ -325,7 +325,7 @@ def walk_tree_batch(objective, batch, features: torch.Tensor, final_h: torch.Ten
     anchor the drafts the walk accepts and the tree's own estimate of it (the sum of its nodes' prefix
     probabilities, what cost sizing trusts)."""
     d = objective.drafter
-    bl = objective.blocks(batch, every_anchor=True)
+    bl = objective.blocks(batch, every_anchor=True, evaluate=True)
     ref = reference_tokens(d.target, bl, final_h)  # [b, A, B]
     anchors, can_anchor = bl.anchors.cpu(), decode_anchors(batch, bl)  # [b, A] each
     h = d.train_hidden(features, batch.input_ids, batch.doc_ids, batch.positions, bl.anchors)  # [b, A, B, d]

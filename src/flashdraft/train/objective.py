@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from flashdraft.decode.lookup import lookup_hints
 from flashdraft.errors import FlashdraftError
 from flashdraft.models.drafter import DrafterError, drafter_class
 from flashdraft.models.forward import lm_logits, target_pass
@@ -92,6 +93,7 @@ class Blocks:
     labels: torch.Tensor  # [b, A, B] long: token at anchor + k
     weights: torch.Tensor  # [b, A, B] float: decay weight, 0 where unsupervised (always 0 at k = 0)
     norm: float = 0.0  # this micro-batch's share of the step's loss normaliser (set by DFlashObjective.blocks)
+    inputs: torch.Tensor | None = None  # [b, A, B] long: the blocks' input ids when draft slots hold hints (else MASK)
 
     @property
     def weight_sum(self) -> float:
@@ -136,6 +138,24 @@ def block_targets(batch: Batch, anchors: torch.Tensor, valid: torch.Tensor, bloc
     ok = inside & supervised & same_doc & valid[..., None] & (k >= 1)
     w = ok.float() * decay
     return Blocks(anchors, valid, labels, w, float(w.sum()))
+
+
+def hinted_inputs(batch: Batch, anchors: torch.Tensor, valid: torch.Tensor, block_size: int, mask_id: int,
+                  prob: float) -> torch.Tensor:
+    """[b, A, B] block input ids: the anchor's token, then in a seeded ``prob`` share of the valid blocks prompt
+    lookup's chain from the anchor's own document up to the anchor (:func:`lookup_hints`, what a decoder with
+    ``hints="lookup"`` fills in), MASK in the others."""
+    ids, pos = batch.input_ids.cpu(), batch.positions.cpu()
+    b, A = anchors.shape
+    out = torch.full((b, A, block_size), mask_id, dtype=torch.long)
+    out[..., 0] = ids.gather(1, anchors.cpu())
+    for r in range(b):
+        g = torch.Generator().manual_seed(int(batch.row_seeds[r]) ^ 0x5EED)  # its own stream, beside the anchors'
+        use = (torch.rand(A, generator=g) < prob) & valid[r].cpu()
+        for j in use.nonzero().flatten().tolist():
+            t = int(anchors[r, j])
+            out[r, j, 1:] = lookup_hints(ids[r, t - int(pos[r, t]) : t + 1], block_size - 1, mask_id)
+    return out.to(anchors.device)
 
 
 class LMHead:
@@ -325,7 +345,8 @@ class DFlashObjective(BlockMetrics):
 
     # the TrainConfig fields this objective reads (its config section)
     CONFIG_FIELDS = ("max_anchors", "gamma", "loss", "feature_noise", "lm_head_chunk", "checkpoint_layers",
-                     "checkpoint_lm_head", "loss_vocab", "position_weights", "dpace_alpha", "focal", "tree_width")
+                     "checkpoint_lm_head", "loss_vocab", "position_weights", "dpace_alpha", "focal", "tree_width",
+                     "hint_prob")
 
     def __init__(
         self,
@@ -344,6 +365,7 @@ class DFlashObjective(BlockMetrics):
         attention: str = "sdpa",
         focal: float = 1.0,
         tree_width: int = 4,
+        hint_prob: float = 0.5,
     ):
         if loss not in ("ce", "kl"):
             raise TrainError(f"loss {loss!r} is not supported; use 'ce' (target tokens) or 'kl' (target logits)")
@@ -367,6 +389,7 @@ class DFlashObjective(BlockMetrics):
         if attention not in ("sdpa", "flex"):
             raise TrainError(f"attention {attention!r} is not supported; use 'sdpa' or 'flex'")
         self.attention = attention
+        self.hint_prob = hint_prob  # the share of training blocks with hints, for a drafter whose config says block_hints
 
     @classmethod
     def from_config(cls, drafter, cfg, attention: str = "sdpa") -> "DFlashObjective":
@@ -391,11 +414,15 @@ class DFlashObjective(BlockMetrics):
             init_norm_from_target(drafter, target)
         return drafter
 
-    def blocks(self, batch: Batch, every_anchor: bool = False) -> Blocks:
+    def blocks(self, batch: Batch, every_anchor: bool = False, evaluate: bool = False) -> Blocks:
         """Anchors, labels and static weights of a micro-batch; ``norm`` is its share of the normaliser.
-        ``every_anchor``: every position that can anchor a block, not ``max_anchors`` drawn ones."""
+        ``every_anchor``: every position that can anchor a block, not ``max_anchors`` drawn ones; ``evaluate``:
+        blocks as a decoder drafts them (with ``block_hints``, hints in every block, not a ``hint_prob`` share)."""
         anchors, valid = sample_anchors(batch, batch.input_ids.shape[1] if every_anchor else self.max_anchors)
         bl = block_targets(batch, anchors, valid, self.drafter.block_size, self.gamma)
+        prob = (1.0 if evaluate else self.hint_prob) if getattr(self.drafter.cfg, "block_hints", None) else 0.0
+        if prob > 0:
+            bl.inputs = hinted_inputs(batch, anchors, valid, self.drafter.block_size, self.drafter.mask_token_id, prob)
         if self.draft_vocab:  # a label outside the draft vocabulary can never be drafted: no loss there
             bl.weights = bl.weights * self.drafter.t2d[bl.labels].to(bl.weights.dtype)
         if self.position_weights in SELF_WEIGHTS:
@@ -438,7 +465,7 @@ class DFlashObjective(BlockMetrics):
         if seed is not None:
             gen = torch.Generator(device=features.device).manual_seed(int(seed))
         h = d.train_hidden(features, batch.input_ids, batch.doc_ids, batch.positions, blocks.anchors, self.noise,
-                           self.checkpoint_layers, gen, self.attention)  # [b, A, B, d]
+                           self.checkpoint_layers, gen, self.attention, blocks.inputs)  # [b, A, B, d]
         sel = blocks.weights > 0  # [b, A, B]
         rows = h[sel]  # [m, d]
         labels = blocks.labels[sel]  # [m]

@@ -102,9 +102,9 @@ class Eagle3Objective(BlockMetrics):
             init_norm_from_target(drafter, target)
         return drafter
 
-    def blocks(self, batch: Batch, every_anchor: bool = False) -> Blocks:
+    def blocks(self, batch: Batch, every_anchor: bool = False, evaluate: bool = False) -> Blocks:
         """Every position t >= 1 whose predecessor is in its document anchors a block of ttt_steps slots
-        (always every anchor: ``every_anchor`` changes nothing)."""
+        (always every anchor: ``every_anchor`` and ``evaluate`` change nothing)."""
         b, T = batch.input_ids.shape
         dev = batch.input_ids.device
         anchors = torch.arange(1, max(T, 2), device=dev).clamp_max(T - 1).expand(b, -1).contiguous()  # [b, T - 1]

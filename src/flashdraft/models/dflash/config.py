@@ -36,6 +36,10 @@ class DFlashConfig(DrafterConfig):
         "softmax temperature of the marginals DDTree builds its tree from (flashdraft; other loaders ignore it): "
         "the one at which the tree's own estimate of its accepted drafts matches a held-out walk's, so cost "
         "sizing trusts calibrated probabilities; None = 1"))
+    block_hints: Literal["lookup"] | None = Field(None, description=(
+        "what fills the block's draft slots at flashdraft's decoding (other loaders ignore it and fill MASK): "
+        "'lookup' = the tokens prompt lookup copies from the context (MASK where nothing matches), which the "
+        "drafter was trained to confirm or correct; None = MASK"))
 
     @model_validator(mode="after")
     def _check(self) -> "DFlashConfig":
@@ -51,8 +55,9 @@ class DFlashConfig(DrafterConfig):
     @model_serializer(mode="wrap")
     def _dump(self, handler):
         out = handler(self)
-        if out.get("tree_temperature", 0) is None:  # unset: a file keeps the z-lab fields only
-            del out["tree_temperature"]
+        for key in ("tree_temperature", "block_hints"):  # unset: a file keeps the z-lab fields only
+            if out.get(key, 0) is None:
+                del out[key]
         return out
 
     @property

@@ -194,24 +194,27 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         return (rel >= 0) & (rel < self.cfg.sliding_window)
 
     @torch.no_grad()
-    def propose(self, tokens: torch.Tensor, new_features: torch.Tensor | None) -> torch.Tensor:
+    def propose(self, tokens: torch.Tensor, new_features: torch.Tensor | None,
+                hints: torch.Tensor | None = None) -> torch.Tensor:
         """One drafter pass for the block after ``tokens``.
 
         tokens: [start + 1] committed ids, the last being the bonus token at position ``start``;
         new_features: [n_new, K * hidden] target features of positions ``start - n_new .. start - 1``
         not yet in the drafter's context cache. Returns fp32 logits [B - 1, vocab] for positions
-        start + 1 .. start + B - 1. Only the context K/V is kept; block K/V are discarded.
+        start + 1 .. start + B - 1. Only the context K/V is kept; block K/V are discarded. ``hints``: [B - 1]
+        ids for the draft slots instead of MASK (``block_hints``; :func:`flashdraft.decode.ngram.lookup_hints`).
         """
-        return self.logits(self.propose_hidden(tokens, new_features))
+        return self.logits(self.propose_hidden(tokens, new_features, hints))
 
     @torch.no_grad()
-    def propose_scores(self, tokens: torch.Tensor, new_features: torch.Tensor | None
-                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def propose_scores(self, tokens: torch.Tensor, new_features: torch.Tensor | None,
+                       hints: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`propose` as (logits [B - 1, C], ids [C]) over the draft vocabulary (:meth:`scores`)."""
-        return self.scores(self.propose_hidden(tokens, new_features))
+        return self.scores(self.propose_hidden(tokens, new_features, hints))
 
     @torch.no_grad()
-    def propose_hidden(self, tokens: torch.Tensor, new_features: torch.Tensor | None) -> torch.Tensor:
+    def propose_hidden(self, tokens: torch.Tensor, new_features: torch.Tensor | None,
+                       hints: torch.Tensor | None = None) -> torch.Tensor:
         """The drafter pass of :meth:`propose` up to its final norm -> [B - 1, d]."""
         c, dev, dtype = self.cfg, tokens.device, next(self.parameters()).dtype
         start = tokens.shape[0] - 1
@@ -221,6 +224,8 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
             raise DrafterError(f"drafter context has {past} + {n_new} positions but the bonus token sits at {start}")
         block = torch.full((c.block_size,), c.mask_token_id, dtype=torch.long, device=dev)
         block[0] = tokens[-1]
+        if hints is not None:  # [B - 1] ids of the draft slots (MASK where there is no hint)
+            block[1:] = hints
         x = self.target.model.get_input_embeddings()(block[None]).to(dtype)  # [1, B, d]
         q_pos = torch.arange(start, start + c.block_size, device=dev)  # [B]
         c_pos = torch.arange(past, start, device=dev)  # [n_new]
@@ -256,6 +261,7 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         checkpoint_layers: bool = False,
         generator: torch.Generator | None = None,
         attention: str = "sdpa",
+        block_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Drafter outputs for every slot of the blocks opened at ``anchors`` -> [b, A, B, d] (after the final norm).
 
@@ -263,7 +269,8 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         the document): [b, T]; anchors: [b, A] indices into T. Each block is [token at the anchor,
         MASK x (B-1)], shaped exactly like :meth:`propose`'s, and sees the visibility of
         :func:`~flashdraft.models.dflash.masks.training_mask`. ``noise``: uniform +-noise on the fc input
-        only; ``attention``: "sdpa" (dense bool masks) or "flex" (``BlockMask``, GPU).
+        only; ``attention``: "sdpa" (dense bool masks) or "flex" (``BlockMask``, GPU); ``block_ids``: [b, A, B] the
+        blocks' input ids when their draft slots hold hints (default: the anchor's token, then MASK).
         """
         c, B = self.cfg, self.block_size
         target = self.target  # raises if unbound
@@ -274,8 +281,9 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
             u = torch.rand(feats.shape, generator=generator, device=feats.device, dtype=feats.dtype)
             feats = feats + (u * 2 - 1) * noise
         ctx = self.fuse(feats)  # [b, T, d]: hidden_norm(fc(feats * feature_scale))
-        block_ids = torch.full((b, A, B), c.mask_token_id, dtype=torch.long, device=feats.device)  # [b, A, B]
-        block_ids[..., 0] = input_ids.gather(1, anchors)
+        if block_ids is None:
+            block_ids = torch.full((b, A, B), c.mask_token_id, dtype=torch.long, device=feats.device)  # [b, A, B]
+            block_ids[..., 0] = input_ids.gather(1, anchors)
         x = target.model.get_input_embeddings()(block_ids.view(b, A * B)).to(dtype)  # [b, A*B, d]
         q_pos = (positions.gather(1, anchors)[..., None] + torch.arange(B, device=x.device)).view(b, A * B)  # [b, A*B]
         rope_x = rope_tables(q_pos, c.head_dim, c.rope_theta, dtype)
