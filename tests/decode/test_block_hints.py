@@ -116,3 +116,8 @@ def test_a_drafter_trained_with_hints_reads_them(tmp_path):
                                           max_steps=1, block_hints=hints))
         again = Trainer(more, target=target, examples=examples(8, 2000)).run()
         assert json.loads((again.final_drafter / "config.json").read_text()).get("block_hints") == saved
+
+
+def test_block_hints_need_a_block_drafter():
+    with pytest.raises(ValueError, match="block_hints 'lookup' fills a DFlash block"):
+        TrainConfig(target="tiny", objective="eagle3", block_hints="lookup")

@@ -141,6 +141,9 @@ class TrainConfig(Section):
     def _check(self) -> "TrainConfig":
         if self.max_len < self.block_size:
             raise ValueError(f"max_len {self.max_len} is shorter than one block ({self.block_size}); raise max_len")
+        if self.block_hints == "lookup" and self.objective != "dflash":
+            raise ValueError(f"block_hints 'lookup' fills a DFlash block's draft slots; objective {self.objective!r} "
+                             "drafts token by token: drop block_hints or use objective dflash")
         if self.target_ranks and self.features:
             raise ValueError(
                 f"target_ranks {self.target_ranks} with features {self.features}: the offline cache needs no target "

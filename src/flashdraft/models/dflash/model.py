@@ -202,7 +202,7 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         new_features: [n_new, K * hidden] target features of positions ``start - n_new .. start - 1``
         not yet in the drafter's context cache. Returns fp32 logits [B - 1, vocab] for positions
         start + 1 .. start + B - 1. Only the context K/V is kept; block K/V are discarded. ``hints``: [B - 1]
-        ids for the draft slots instead of MASK (``block_hints``; :func:`flashdraft.decode.ngram.lookup_hints`).
+        ids for the draft slots instead of MASK (``block_hints``; :func:`flashdraft.decode.lookup.lookup_hints`).
         """
         return self.logits(self.propose_hidden(tokens, new_features, hints))
 
