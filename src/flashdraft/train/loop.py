@@ -82,7 +82,7 @@ class Variant:
         else:
             self.drafter = objective.new_drafter(target, cfg, examples)
         self.drafter.float().train()
-        if "block_hints" in type(self.drafter.cfg).model_fields:  # unset: as the init_from drafter has it
+        if "block_hints" in getattr(type(self.drafter.cfg), "model_fields", {}):  # unset: as init_from has it
             hints = cfg.block_hints or self.drafter.cfg.block_hints or "none"
             self.drafter.cfg.block_hints = None if hints == "none" else hints  # what training and decoders fill in
         self.scale = scale_of(self.drafter.target_layer_ids, cfg.feature_norm) if scale_of else None
