@@ -328,7 +328,8 @@ def walk_tree_batch(objective, batch, features: torch.Tensor, final_h: torch.Ten
     bl = objective.blocks(batch, every_anchor=True, evaluate=True)
     ref = reference_tokens(d.target, bl, final_h)  # [b, A, B]
     anchors, can_anchor = bl.anchors.cpu(), decode_anchors(batch, bl)  # [b, A] each
-    h = d.train_hidden(features, batch.input_ids, batch.doc_ids, batch.positions, bl.anchors)  # [b, A, B, d]
+    h = d.train_hidden(features, batch.input_ids, batch.doc_ids, batch.positions, bl.anchors,
+                       block_ids=bl.inputs)  # [b, A, B, d]: the blocks as decoding drafts them (hints included)
     head = objective.head(d.target)
     ids = getattr(head, "ids", None)  # [C] target ids of a draft vocabulary, None for the full one
     at = can_anchor.nonzero().tolist()  # [(row, anchor)] in order
