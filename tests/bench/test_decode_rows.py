@@ -7,8 +7,9 @@ import pytest
 from flashdraft.bench.decode_bench import (BenchError, decode_methods, drafter_names, markdown_table, run_decode_bench,
                                           variants)
 from flashdraft.bench.plots import decode_plots
+from flashdraft.models.dflash import DFlashDrafter
 from flashdraft.models.eagle3 import Eagle3Drafter
-from tests.tiny import Eagle3Oracle, OracleDrafter, random_prompts, tiny_target
+from tests.tiny import MASK_ID, Eagle3Oracle, OracleDrafter, random_prompts, tiny_target
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +96,25 @@ def test_cost_rows_run_losslessly_and_report_the_cost_table(tiny, tmp_path):
     assert "verify cost the +cost rows sized by (ms): body for n tokens 1: " in markdown_table(res)
     assert res["sizings"] == ["fixed", "cost"]
     decode_plots(res, tmp_path)  # "@6+cost" rows stay out of the budget plots instead of breaking them
+
+
+def test_hints_give_each_dflash_drafter_rows_per_mode(tiny, tmp_path):
+    """``--hints lookup,none``: one set of rows per block-hints mode, every decoder of a set drafting with
+    that mode, all lossless; a family without block hints (EAGLE-3) and a mode named twice are refused."""
+    d = DFlashDrafter.for_target(tiny, num_layers=1, block_size=4, mask_token_id=MASK_ID, seed=3)
+    rows = variants(tiny, {"g": d}, [6], lookup={}, sizings=["fixed", "cost"], hints=["lookup", "none"])
+    for h in ("lookup", "none"):
+        mine = {v: dec for v, dec in rows.items() if v.startswith(f"g+hints={h}/")}
+        assert {v.split("/", 1)[1] for v in mine} == {"dflash", "ddtree@6", "chain@6", "ddtree_ngram@6",
+                                                      "ddtree@6+cost", "ddtree_ngram@6+cost"}
+        assert all(dec.hints == h for dec in mine.values())
+    prompts = [random_prompts(1, 6, seed=5)[0] * 3]  # repeats: lookup has something to hint
+    res = run_decode_bench(tiny, {"g": d}, {"rep": prompts}, budgets=[6], temperatures=[0.0], max_new_tokens=12,
+                           repeats=1, out_dir=tmp_path, log=lambda m: None, ngram=False, hints=["lookup", "none"])
+    assert res["drafters"]["g+hints=none"] == {"chain": "dflash", "tree": "ddtree", "block_size": 4, "hints": "none"}
+    assert all(s["identical_to_ar"] == 1 for s in res["sets"]["rep@T=0"].values())
+    assert any(p.name == "budget_rep@T0_g+hints-none.png" for p in decode_plots(res, tmp_path))
+    with pytest.raises(BenchError, match="no block hints"):
+        variants(tiny, {"e": Eagle3Oracle.for_target(tiny, max_depth=3)}, [4], hints=["none"])
+    with pytest.raises(BenchError, match="names a mode twice"):
+        variants(tiny, {"g": d}, [4], hints=["none", "none"])

@@ -53,6 +53,8 @@ def greedy_examples(target, n: int, seed: int) -> list[Example]:
 FAMILIES = {
     "dflash": dict(num_layers=1, target_layer_ids=[1, 3], max_anchors=16),
     "eagle3": dict(objective="eagle3", ttt_steps=BLOCK - 1, target_layer_ids=[1, 2, 3], draft_vocab_size=64),
+    # block hints: the walks must draft every block with prompt lookup's chain, as its decoders do
+    "dflash_hints": dict(num_layers=1, target_layer_ids=[1, 3], max_anchors=16, block_hints="lookup"),
 }
 
 
@@ -106,11 +108,12 @@ def test_heldout_report_walks_the_drafter_and_the_baselines(trained):
     assert rep["drafter"]["walk_tau"] < rep["drafter"]["tau_proxy"]
 
 
-@pytest.mark.parametrize("trained", ["dflash"], indirect=True)  # DDTree reads a block drafter's marginals
+@pytest.mark.parametrize("trained", ["dflash", "dflash_hints"], indirect=True)  # DDTree reads a block drafter's marginals
 def test_tree_walk_is_what_ddtree_decoding_measures(trained):
     target, objective, _ = trained
     drafter = objective.drafter
     dec = build_decoder("ddtree", target, drafter, budget=6)
+    assert dec.hints == (drafter.cfg.block_hints or "none")
     real, walked, accepted, expected = [], [], [], []
     for ex in greedy_examples(target, 6, seed=1):
         g = dec.generate(ex.token_ids[:PROMPT], NEW)
@@ -135,7 +138,7 @@ def test_tree_walk_is_what_ddtree_decoding_measures(trained):
 
 def walk_chain(objective, batch, feats, final) -> list[int]:
     """Per anchor (the order walk_tree_batch visits them), the drafts the argmax chain accepts."""
-    bl = objective.blocks(batch, every_anchor=True)
+    bl = objective.blocks(batch, every_anchor=True, evaluate=True)  # as decoding drafts (hints in every block)
     ref = reference_tokens(objective.drafter.target, bl, final)
     pred = objective(batch, bl, 1.0, features=feats, final_h=final).pred.cpu()
     can_anchor = decode_anchors(batch, bl)

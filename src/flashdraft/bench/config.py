@@ -30,6 +30,9 @@ class BenchDecodeConfig(Section):
     sizing: list[Sizing] = Field(
         default_factory=lambda: ["fixed"], description="DDTree sizings to run: fixed (the whole budget), cost (what pays "
         "on this machine, rows @b+cost); several give one row each")
+    hints: list[Literal["lookup", "none"]] | None = Field(
+        None, description="DFlash drafters' block hints to run: lookup, none (MASK, what other engines fill); several "
+        "give each drafter one set of rows per mode (<drafter>+hints=none/...); default: each drafter's own")
     out: str = "runs/bench_decode"
 
 

@@ -10,6 +10,8 @@ the same number of verified tokens as the tree up to B-1, the longest possible c
 Prompt lookup needs no drafter: ``ngram`` (a chain of B-1 drafts, 7 without a drafter) and
 ``ngram_tree@b`` (several context matches as one tree of b nodes) run next to them unless disabled,
 and ``<drafter>/ddtree_ngram@b``, DDTree with the lookup chain grafted on in the same budget.
+With ``hints`` (``--hints lookup,none``) each DFlash drafter's rows come once per block-hints mode, named
+``<drafter>+hints=<mode>/...``: what its hints buy, and what an engine that fills MASK gets from it.
 
 Methods are interleaved per prompt (each prompt runs every variant ``repeats`` times in turn), one
 warm-up pass over the variants is excluded, and per-prompt medians over repeats are aggregated.
@@ -23,7 +25,7 @@ import json
 import statistics
 from pathlib import Path
 
-from flashdraft.decode.base import STAGES, build_decoder
+from flashdraft.decode.base import DECODERS, STAGES, build_decoder
 from flashdraft.decode.speculative import DDTreeDecoder, DFlashDecoder
 from flashdraft.decode.tree import argmax_chain
 from flashdraft.errors import FlashdraftError
@@ -40,8 +42,8 @@ class ChainControl(DFlashDecoder):
 
     method = "chain"
 
-    def __init__(self, target, drafter, gamma: int):
-        super().__init__(target, drafter=drafter)
+    def __init__(self, target, drafter, gamma: int, hints: str | None = None):
+        super().__init__(target, drafter=drafter, hints=hints)
         self.gamma = max(1, min(gamma, drafter.max_depth))
 
     @property
@@ -58,8 +60,8 @@ class SpineRecordingDDTree(DDTreeDecoder):
 
     method = "ddtree"
 
-    def __init__(self, target, drafter, budget: int, sizing: str = "fixed"):
-        super().__init__(target, drafter=drafter, budget=budget, sizing=sizing)
+    def __init__(self, target, drafter, budget: int, sizing: str = "fixed", hints: str | None = None):
+        super().__init__(target, drafter=drafter, budget=budget, sizing=sizing, hints=hints)
         self.spine_rows: list[int] = []
 
     def draft_tree(self, root, proposal):
@@ -126,15 +128,17 @@ def decode_methods(drafter) -> tuple[str, str]:
     return str(chain), str(tree)
 
 
-def _ddtree_rows(target, drafter, b: int, lookup: dict | None, sizing: str = "fixed") -> dict:
+def _ddtree_rows(target, drafter, b: int, lookup: dict | None, sizing: str = "fixed", **opts) -> dict:
     """DDTree at budget b, the same-budget chain control and (with prompt lookup) the hybrid tree; with
-    ``sizing="cost"`` the two trees sized to what pays (rows ``ddtree@b+cost``, ``ddtree_ngram@b+cost``)."""
+    ``sizing="cost"`` the two trees sized to what pays (rows ``ddtree@b+cost``, ``ddtree_ngram@b+cost``).
+    ``opts``: the drafter's decoding options every row shares (``hints``)."""
     tag = "" if sizing == "fixed" else f"+{sizing}"
-    rows = {f"ddtree@{b}{tag}": SpineRecordingDDTree(target, drafter, b, sizing=sizing)}
+    rows = {f"ddtree@{b}{tag}": SpineRecordingDDTree(target, drafter, b, sizing=sizing, **opts)}
     if not tag:
-        rows[f"chain@{b}"] = ChainControl(target, drafter, b)
+        rows[f"chain@{b}"] = ChainControl(target, drafter, b, **opts)
     if lookup is not None:  # the hybrid: DDTree + the lookup chain in the same budget
-        rows[f"ddtree_ngram@{b}{tag}"] = build_decoder("ddtree_ngram", target, drafter, budget=b, sizing=sizing, **lookup)
+        rows[f"ddtree_ngram@{b}{tag}"] = build_decoder("ddtree_ngram", target, drafter, budget=b, sizing=sizing,
+                                                       **lookup, **opts)
     return rows
 
 
@@ -142,20 +146,40 @@ def _ddtree_rows(target, drafter, b: int, lookup: dict | None, sizing: str = "fi
 TREE_ROWS = {"ddtree": _ddtree_rows}
 
 
-def _tree_rows(tree: str, target, drafter, b: int, lookup: dict | None, sizings: list[str]) -> dict:
+def _tree_rows(tree: str, target, drafter, b: int, lookup: dict | None, sizings: list[str], **opts) -> dict:
     make = TREE_ROWS.get(tree)
     if make is not None:
-        return {k: v for s in sizings for k, v in make(target, drafter, b, lookup, s).items()}
-    return {f"{tree}@{b}": build_decoder(tree, target, drafter, budget=b)}  # a tree without sizing options
+        return {k: v for s in sizings for k, v in make(target, drafter, b, lookup, s, **opts).items()}
+    return {f"{tree}@{b}": build_decoder(tree, target, drafter, budget=b, **opts)}  # a tree without sizing options
+
+
+def drafter_rows(drafters: dict, hints: list[str] | None = None) -> list[tuple[str, object, dict]]:
+    """(row-name prefix, drafter, decoding options) per drafter and, with ``hints``, per block-hints mode
+    (``<name>+hints=lookup``, ``<name>+hints=none``: the same drafter with prompt lookup's chain in its
+    draft slots, or MASK as other engines fill them). ``hints`` needs drafters whose decoders take it."""
+    if hints and len(set(hints)) < len(hints):
+        raise BenchError(f"--hints {','.join(hints)} names a mode twice; give each once")
+    out = []
+    for name, d in drafters.items():
+        if not hints:
+            out.append((name, d, {}))
+            continue
+        chain, _ = decode_methods(d)
+        if "hints" not in DECODERS[chain].OPTIONS:
+            raise BenchError(f"--hints: drafter {name!r} decodes with {chain!r}, which has no block hints "
+                             f"(DFlash drafters have them); drop --hints or that drafter")
+        out += [(f"{name}+hints={h}", d, {"hints": h}) for h in hints]
+    return out
 
 
 def variants(target, drafters: dict, budgets: list[int], ngram: bool = True, lookup: dict | None = None,
-             sizings: list[str] | None = None) -> dict:
+             sizings: list[str] | None = None, hints: list[str] | None = None) -> dict:
     """Variant name -> decoder. Names: ar, ngram, ngram_tree@b (prompt lookup; its chain as long as the first
     drafter's), and per drafter its family's rows: <drafter>/<chain>, <drafter>/<tree>@b (DFlash:
     <drafter>/dflash, <drafter>/ddtree@b, <drafter>/chain@b, <drafter>/ddtree_ngram@b). ``lookup``: the
     prompt-lookup options (``lookup_min``, ``lookup_max``) of every lookup row; ``sizings``: the tree sizings
-    (:mod:`flashdraft.decode.sizing`) each DDTree row is run with, "fixed" unsuffixed, others as ``@b+cost``."""
+    (:mod:`flashdraft.decode.sizing`) each DDTree row is run with, "fixed" unsuffixed, others as ``@b+cost``;
+    ``hints``: block-hints modes each drafter is run with (:func:`drafter_rows`; default: each its own)."""
     out = {"ar": build_decoder("ar", target)}
     lookup = dict(lookup or {}) if ngram else None
     if lookup is not None:
@@ -165,11 +189,11 @@ def variants(target, drafters: dict, budgets: list[int], ngram: bool = True, loo
             out[f"ngram_tree@{b}"] = build_decoder("ngram_tree", target, budget=b, **lookup)
     if not drafters and not ngram:
         raise BenchError("nothing to compare with AR: give --drafter PATH and/or keep --ngram")
-    for dname, d in drafters.items():
+    for dname, d, opts in drafter_rows(drafters, hints):
         chain, tree = decode_methods(d)
-        out[f"{dname}/{chain}"] = build_decoder(chain, target, d)
+        out[f"{dname}/{chain}"] = build_decoder(chain, target, d, **opts)
         for b in budgets:
-            rows = _tree_rows(tree, target, d, b, lookup, list(sizings or ["fixed"]))
+            rows = _tree_rows(tree, target, d, b, lookup, list(sizings or ["fixed"]), **opts)
             out.update({f"{dname}/{v}": dec for v, dec in rows.items()})
     return out
 
@@ -202,13 +226,15 @@ def summarize(records: list[dict], max_depth: int) -> dict:
 def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budgets: list[int],
                      temperatures: list[float], max_new_tokens: int, repeats: int, out_dir: Path,
                      warmup: bool = True, seed: int = 0, log=print, ngram: bool = True,
-                     lookup: dict | None = None, sizings: list[str] | None = None) -> dict:
+                     lookup: dict | None = None, sizings: list[str] | None = None,
+                     hints: list[str] | None = None) -> dict:
     """Run the sweep; write ``out_dir/results.json`` after each prompt; return the final results."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    decs = variants(target, drafters, budgets, ngram=ngram, lookup=lookup, sizings=sizings)
+    decs = variants(target, drafters, budgets, ngram=ngram, lookup=lookup, sizings=sizings, hints=hints)
     results = dict(target=target.name, drafters={k: dict(zip(("chain", "tree"), decode_methods(d)),
-                                                         block_size=d.max_depth + 1) for k, d in drafters.items()},
+                                                         block_size=d.max_depth + 1, **o)
+                                                 for k, d, o in drafter_rows(drafters, hints)},
                    budgets=budgets, temperatures=temperatures, max_new_tokens=max_new_tokens, repeats=repeats,
                    lookup=dict(lookup or {}), sizings=list(sizings or ["fixed"]),
                    prompting="plain continuation of the raw prompt text (no chat template, no thinking)",

@@ -32,6 +32,7 @@ def decode_plots(results: dict, out_dir: Path) -> list[Path]:
     for key, rows in results["sets"].items():
         safe = key.replace("/", "_").replace("=", "")
         for drafter, info in results["drafters"].items():
+            fname = drafter.replace("=", "-")  # "G+hints=none" -> file name G+hints-none
             chain_m, tree_m = info.get("chain", "dflash"), info.get("tree", "ddtree")
             fig, ax = plt.subplots(figsize=(7, 4))
             series = [(f"{drafter}/{chain_m}", rows.get(f"{drafter}/{chain_m}"))]
@@ -45,7 +46,7 @@ def decode_plots(results: dict, out_dir: Path) -> list[Path]:
                 ax.bar(xs, [v / total for v in s["tau_histogram"].values()], width=width, label=name)
             ax.set(xlabel="tau (tokens per verify round)", ylabel="share of rounds", title=f"tau histogram: {key}")
             ax.legend(fontsize=7)
-            paths.append(_save(fig, Path(out_dir) / f"tau_hist_{safe}_{drafter}.png"))
+            paths.append(_save(fig, Path(out_dir) / f"tau_hist_{safe}_{fname}.png"))
 
             tree, chain = _budget_rows(rows, drafter, tree_m), _budget_rows(rows, drafter, "chain")
             if not tree:
@@ -67,7 +68,7 @@ def decode_plots(results: dict, out_dir: Path) -> list[Path]:
                 a.minorticks_off()
                 a.set(xlabel="tree budget (drafted nodes)", ylabel=yl, title=key)
                 a.legend(fontsize=7)
-            paths.append(_save(fig, Path(out_dir) / f"budget_{safe}_{drafter}.png"))
+            paths.append(_save(fig, Path(out_dir) / f"budget_{safe}_{fname}.png"))
     return paths
 
 
