@@ -35,6 +35,10 @@ Commands used for the reported figures (2 CPU cores shared with other jobs)::
     python recipes/gemma3_270m_dflash.py --out runs/r3 --stages train,eval --offline --run-name main \
         --max-steps 300 --train-minutes 12 --threads 2
 
+The recipe's 60-minute setting with block hints (the README's G3H: 35 minutes end to end on a 2-core AMD
+EPYC, HumanEval DFlash tau 2.57, DDTree@32 3.79) is the G3 command below with ``--run-name G3H --set
+block_hints=lookup``.
+
 The on-policy drafter of the README's last table, all four stages in one command (stdlib and package
 function heads, 48 tokens each; 120 steps from the stage-1 drafter, fetched as the asset README says)::
 
@@ -62,6 +66,9 @@ A third stage (the README's G5F, not shipped): the shipped drafter continued on 
         --set max_anchors=16 --set lr=1e-3 --set eval_every=120 --set keep_last=10 --set bf16=false \
         --set num_layers=2 --set position_weights=first_error --set focal=1.0 \
         --set init_from=assets/gemma-3-270m-dflash-b8
+
+Once ``--more-packages`` has used every module's first three function heads, ``--later-heads N`` (with
+``--n-prompts 0``: nothing else) gives N heads that no other draw holds, each module's 4th-6th.
 
 Minutes per stage and the eval results land in ``<out>/results-<run-name>.json``.
 """
@@ -107,9 +114,12 @@ def package_files(rng: random.Random) -> list[Path]:
     return _py_files(Path(sysconfig.get_paths()["purelib"]), skip, rng)
 
 
-def code_prompts(n: int, seed: int, max_chars: int = 700, packages: bool = False, cuts: bool = True) -> list[str]:
+def code_prompts(n: int, seed: int, max_chars: int = 700, packages: bool = False, cuts: bool = True,
+                 head_offset: int = 0) -> list[str]:
     """Prefixes of stdlib modules (``packages``: of installed third-party packages instead): half end after
-    a function's docstring, half at a random line (``cuts=False``: the docstring ones only)."""
+    a function's docstring, half at a random line (``cuts=False``: the docstring ones only). A module gives
+    at most 3 function heads, its 1st-3rd documented functions in a seeded order; ``head_offset=3``
+    takes its 4th-6th instead (functions that no draw with offset 0 holds)."""
     rng = random.Random(seed)
     files = package_files(rng) if packages else stdlib_files(rng)
     out: list[str] = []
@@ -127,7 +137,7 @@ def code_prompts(n: int, seed: int, max_chars: int = 700, packages: bool = False
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(node) and node.body
         ]
         rng.shuffle(heads)
-        for node in heads[:3]:  # function head + docstring, with a few lines of context before it
+        for node in heads[head_offset : head_offset + 3]:  # function head + docstring, a few lines of context before it
             end = node.body[0].end_lineno
             start = max(0, node.lineno - 1 - rng.randint(0, 12))
             text = "".join(lines[start:end])
@@ -210,6 +220,10 @@ def main() -> None:
                     help="the prompts file holds only the --more-packages heads after the first K of them (no "
                     "stdlib or --packages prompts): the new data for a drafter already trained on a run with "
                     "--more-packages K, continued with --set init_from=<that drafter>")
+    ap.add_argument("--later-heads", type=int, default=0, metavar="N",
+                    help="(--source generate) then N package function heads that are each module's 4th-6th "
+                    "documented functions, which no other prompt option draws: new data once --more-packages "
+                    "runs out (with --n-prompts 0 the prompts file holds only these)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"], help="generate backend (auto: vllm if installed)")
     ap.add_argument("--batch-size", type=int, default=16, help="generate with hf: prompts per batch")
@@ -228,8 +242,9 @@ def main() -> None:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--stages", default="prompts,generate,train,eval")
     a = ap.parse_args()
-    if a.more_packages and a.source == "corpus":
-        ap.error("--more-packages adds generation prompts; with --source corpus use --packages N for more windows")
+    if (a.more_packages or a.later_heads) and a.source == "corpus":
+        ap.error("--more-packages and --later-heads add generation prompts; with --source corpus use --packages N "
+                 "for more windows")
     if a.more_only_after is not None and a.more_packages <= a.more_only_after:
         ap.error(f"--more-only-after {a.more_only_after} keeps the --more-packages heads after the first "
                  f"{a.more_only_after}: set --more-packages above it (e.g. --more-packages 6000)")
@@ -272,6 +287,13 @@ def main() -> None:
             more += added
             if a.more_only_after is not None:
                 ps, more = [], added[a.more_only_after:]
+        if a.later_heads:  # the same text can sit in two packages: drop what any offset-0 draw holds
+            seen = set(ps + more) | set(code_prompts(MORE_POOL, seed=0, packages=True, cuts=False))
+            later = [p for p in code_prompts(MORE_POOL, seed=0, packages=True, cuts=False, head_offset=3)
+                     if p not in seen][: a.later_heads]
+            if len(later) < a.later_heads:
+                log(f"--later-heads {a.later_heads}: the installed packages hold only {len(later)} such heads")
+            more += later
         atomic_write_text(prompts_path, "".join(json.dumps({"prompt": p}) + "\n" for p in ps + more))
         log(f"prompts: {len(ps)} stdlib + {len(more)} package prefixes -> {prompts_path}")
     elif "prompts" in stages:
