@@ -278,9 +278,10 @@ def main() -> None:
         if a.heads_first:
             ps = heads_first(ps, a.heads_first)
         more = code_prompts(a.packages, seed=0, packages=True, cuts=False) if a.packages else []
+        # every module's first three package heads (one pass over the packages' files, ~40 s), for both options below
+        pool = code_prompts(MORE_POOL, seed=0, packages=True, cuts=False) if a.more_packages or a.later_heads else []
         if a.more_packages:
             seen = set(ps + more)
-            pool = code_prompts(MORE_POOL, seed=0, packages=True, cuts=False)
             added = [p for p in pool if p not in seen][: a.more_packages]
             if len(added) < a.more_packages:
                 log(f"--more-packages {a.more_packages}: a draw of {MORE_POOL} package heads holds only {len(added)} new ones")
@@ -288,7 +289,7 @@ def main() -> None:
             if a.more_only_after is not None:
                 ps, more = [], added[a.more_only_after:]
         if a.later_heads:  # the same text can sit in two packages: drop what any offset-0 draw holds
-            seen = set(ps + more) | set(code_prompts(MORE_POOL, seed=0, packages=True, cuts=False))
+            seen = set(ps + more) | set(pool)
             later = [p for p in code_prompts(MORE_POOL, seed=0, packages=True, cuts=False, head_offset=3)
                      if p not in seen][: a.later_heads]
             if len(later) < a.later_heads:
