@@ -57,8 +57,8 @@ says how each was made): 2,048 more package heads (``--more-packages``) and 480 
         --set lr=1e-3 --set eval_every=240 --set keep_last=10 --set bf16=false --set num_layers=2 \
         --set position_weights=first_error --set focal=1.0 --set init_from=runs/stage1/assets/gemma-3-270m-dflash-b8
 
-A third stage (the README's G5F, not shipped): the shipped drafter continued on the continuations of
-3,940 package heads it was not trained on (``--more-only-after 2048``)::
+A third stage (the README's G5F, not shipped): G4L, the asset then, continued on the continuations of
+3,940 package heads it was not trained on (``--more-only-after 2048``; the asset folder now holds G6H)::
 
     python recipes/gemma3_270m_dflash.py --out runs/g5f --n-prompts 3000 --heads-first 1024 --packages 2048 \
         --more-packages 6000 --more-only-after 2048 --new-tokens 48 --backend hf --batch-size 64 --offline \
