@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -79,13 +80,18 @@ def test_bad_marker_and_duplicate_names(tmp_path):
         run_stages([c.stage("a"), c.stage("a")], tmp_path, fresh=True, say=lambda s: None)
 
 
-def test_fine_tuning_uses_its_own_learning_rate():
-    """A fine-tune starts from a trained drafter: the recipe's fresh-drafter lr would wipe it out."""
+def test_fine_tuning_uses_its_own_learning_rate_and_block_size(tmp_path):
+    """A fine-tune starts from a trained drafter: the recipe's fresh-drafter lr would wipe it out, and its block
+    size would retrain the drafter at another one."""
     from flashdraft.demo.pipeline import DemoConfig, train_sets
     from flashdraft.train.config import TrainConfig
 
     ft = DemoConfig()
-    assert train_sets(ft)[-1] == f"lr={ft.fine_tune_lr}"
-    assert TrainConfig.load(ft.recipe, sets=train_sets(ft)).lr == ft.fine_tune_lr
-    assert not any(s.startswith("lr=") for s in train_sets(DemoConfig(fine_tune=False)))  # fresh: the recipe's lr
-    assert train_sets(DemoConfig(train_set=["lr=1e-3"])) == ["lr=1e-3"]  # the user's own lr wins
+    own = json.loads((Path(ft.drafter) / "config.json").read_text())["block_size"]
+    assert train_sets(ft)[-2:] == [f"lr={ft.fine_tune_lr}", f"block_size={own}"]
+    loaded = TrainConfig.load(ft.recipe, sets=train_sets(ft))
+    assert (loaded.lr, loaded.block_size) == (ft.fine_tune_lr, own)
+    (tmp_path / "config.json").write_text(json.dumps({"block_size": 5}))
+    assert train_sets(DemoConfig(init_from=str(tmp_path)))[-1] == "block_size=5"
+    assert not any(s.startswith(("lr=", "block_size=")) for s in train_sets(DemoConfig(fine_tune=False)))  # fresh: the recipe's
+    assert train_sets(DemoConfig(train_set=["lr=1e-3", "block_size=8"])) == ["lr=1e-3", "block_size=8"]  # the user's win

@@ -178,6 +178,21 @@ def test_init_from_a_shallower_drafter_grows_it_and_starts_from_its_function(tmp
     assert float(exported.layers[2].mlp.down_proj.weight.detach().abs().sum()) > 0  # trained from zero
 
 
+def test_init_from_trains_at_the_block_size_the_config_sets_else_at_its_own(tmp_path, data):
+    target = tiny_target("qwen3")
+    four = Trainer(make_cfg(tmp_path / "four", data, max_steps=2), target=target).run()  # block_size 4
+    unset = {k: v for k, v in make_cfg(tmp_path, data).model_dump(exclude_unset=True).items() if k != "block_size"}
+    cfg = TrainConfig(**{**unset, "init_from": str(four.final_drafter), "max_steps": 2, "out_dir": str(tmp_path / "v"),
+                         "variants": [{"name": "own"}, {"name": "b6", "block_size": 6}]})
+    res = Trainer(cfg, target=target).run()
+    blocks = {v: DFlashDrafter.from_pretrained(tmp_path / "v" / v / "drafter", target).block_size for v in ("own", "b6")}
+    assert blocks == {"own": 4, "b6": 6}
+    assert res.step == 2
+    six = load_drafter(tmp_path / "v" / "b6" / "drafter", target)
+    gen = build_decoder("dflash", target, six).generate([5, 9, 11, 3], 12)
+    assert gen.tokens == hf_greedy(target, [5, 9, 11, 3], 12) and max(gen.stats.taus) <= 6
+
+
 def test_a_block_drafter_is_saved_with_its_calibrated_tree_temperature(tmp_path, data):
     res = Trainer(make_cfg(tmp_path, data, holdout=0.25, holdout_walk=2, tensorboard=False),
                   target=tiny_target("qwen3")).run()

@@ -137,12 +137,22 @@ def stage_mix(cfg: DemoConfig, ctx: dict) -> dict:
 
 
 def train_sets(cfg: DemoConfig) -> list[str]:
-    """The TrainConfig overrides of the train stage: ``train_set``, plus ``fine_tune_lr`` when fine-tuning
-    (unless ``train_set`` names an lr)."""
+    """The TrainConfig overrides of the train stage: ``train_set``, plus ``fine_tune_lr`` and the drafter's own
+    block size when fine-tuning (unless ``train_set`` names them)."""
     sets = list(cfg.train_set)
-    if cfg.start_from and not any(kv.split("=", 1)[0].strip() == "lr" for kv in sets):
+    named = {kv.split("=", 1)[0].strip() for kv in sets}
+    if cfg.start_from and "lr" not in named:
         sets.append(f"lr={cfg.fine_tune_lr}")
+    block = drafter_block_size(cfg.start_from) if cfg.start_from and "block_size" not in named else None
+    if block:  # the recipe's block size would retrain the drafter at it
+        sets.append(f"block_size={block}")
     return sets
+
+
+def drafter_block_size(folder: str) -> int | None:
+    """``block_size`` of the drafter folder's config.json (None when it has none, e.g. EAGLE-3)."""
+    path = Path(folder) / "config.json"
+    return json.loads(path.read_text()).get("block_size") if path.is_file() else None
 
 
 def stage_train(cfg: DemoConfig, ctx: dict) -> dict:

@@ -21,9 +21,10 @@ class TrainConfig(Section):
     objective: str = Field("dflash", description="training objective (and drafter family) from the objective registry")
     init_from: str | None = Field(None, description=(
         "start from this drafter folder instead of a fresh one; a DFlash drafter with fewer layers than "
-        "num_layers grows to num_layers, the added layers starting as identity"))
+        "num_layers grows to num_layers, the added layers starting as identity, and trains at block_size when "
+        "the config sets it (else at its own)"))
     num_layers: int = Field(1, ge=1)
-    block_size: int = Field(16, ge=2)
+    block_size: int = Field(16, ge=2, description="DFlash block size B (B-1 drafted tokens a round)")
     target_layer_ids: list[int] | None = None
     mask_token_id: int | None = None
     intermediate_size: int | None = None
@@ -169,7 +170,7 @@ class TrainConfig(Section):
         out = []
         for v in self.variants:
             over = {k: val for k, val in v.items() if k != "name"}
-            out.append((v["name"], TrainConfig.model_validate({**self.model_dump(), **over, "variants": []})))
+            out.append((v["name"], TrainConfig.model_validate({**self.model_dump(exclude_unset=True), **over, "variants": []})))
         return out
 
 

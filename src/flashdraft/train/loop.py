@@ -79,6 +79,8 @@ class Variant:
             grow = getattr(self.drafter, "grow_layers", None)
             if grow is not None and cfg.num_layers > len(self.drafter.layers):  # deeper: added layers start as identity
                 self.drafter = grow(cfg.num_layers)
+            if "block_size" in cfg.model_fields_set and "block_size" in getattr(type(self.drafter.cfg), "model_fields", {}):
+                self.drafter.cfg.block_size = cfg.block_size  # set in the config, it wins: no weight depends on it
         else:
             self.drafter = objective.new_drafter(target, cfg, examples)
         self.drafter.float().train()
