@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from flashdraft.demo.stages import Stage, StageError, marker_path, read_marker, run_stages
+from flashdraft.models.drafter import DrafterError
 
 
 class Counting:
@@ -91,7 +92,10 @@ def test_fine_tuning_uses_its_own_learning_rate_and_block_size(tmp_path):
     assert train_sets(ft)[-2:] == [f"lr={ft.fine_tune_lr}", f"block_size={own}"]
     loaded = TrainConfig.load(ft.recipe, sets=train_sets(ft))
     assert (loaded.lr, loaded.block_size) == (ft.fine_tune_lr, own)
-    (tmp_path / "config.json").write_text(json.dumps({"block_size": 5}))
+    (tmp_path / "config.json").write_text(json.dumps({**json.loads((Path(ft.drafter) / "config.json").read_text()),
+                                                      "block_size": 5}))
     assert train_sets(DemoConfig(init_from=str(tmp_path)))[-1] == "block_size=5"
+    with pytest.raises(DrafterError, match="config.json not found"):  # not a drafter folder: said before training
+        train_sets(DemoConfig(init_from=str(tmp_path / "none")))
     assert not any(s.startswith(("lr=", "block_size=")) for s in train_sets(DemoConfig(fine_tune=False)))  # fresh: the recipe's
     assert train_sets(DemoConfig(train_set=["lr=1e-3", "block_size=8"])) == ["lr=1e-3", "block_size=8"]  # the user's win

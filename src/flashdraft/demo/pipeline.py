@@ -150,9 +150,11 @@ def train_sets(cfg: DemoConfig) -> list[str]:
 
 
 def drafter_block_size(folder: str) -> int | None:
-    """``block_size`` of the drafter folder's config.json (None when it has none, e.g. EAGLE-3)."""
-    path = Path(folder) / "config.json"
-    return json.loads(path.read_text()).get("block_size") if path.is_file() else None
+    """The drafter folder's ``block_size``, read by its family's config schema (None for a family without one,
+    e.g. EAGLE-3); a folder that is not a drafter raises DrafterError naming what it lacks."""
+    from flashdraft.models.drafter import drafter_architecture, drafter_class
+
+    return getattr(drafter_class(drafter_architecture(folder)).load_config(folder), "block_size", None)
 
 
 def stage_train(cfg: DemoConfig, ctx: dict) -> dict:
