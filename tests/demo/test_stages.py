@@ -88,12 +88,12 @@ def test_fine_tuning_uses_its_own_learning_rate_and_block_size(tmp_path):
     from flashdraft.train.config import TrainConfig
 
     ft = DemoConfig()
-    own = json.loads((Path(ft.drafter) / "config.json").read_text())["block_size"]
+    shipped = json.loads((Path(ft.drafter) / "config.json").read_text())
+    own = shipped["block_size"]
     assert train_sets(ft)[-2:] == [f"lr={ft.fine_tune_lr}", f"block_size={own}"]
     loaded = TrainConfig.load(ft.recipe, sets=train_sets(ft))
     assert (loaded.lr, loaded.block_size) == (ft.fine_tune_lr, own)
-    (tmp_path / "config.json").write_text(json.dumps({**json.loads((Path(ft.drafter) / "config.json").read_text()),
-                                                      "block_size": 5}))
+    (tmp_path / "config.json").write_text(json.dumps({**shipped, "block_size": 5}))
     assert train_sets(DemoConfig(init_from=str(tmp_path)))[-1] == "block_size=5"
     with pytest.raises(DrafterError, match="config.json not found"):  # not a drafter folder: said before training
         train_sets(DemoConfig(init_from=str(tmp_path / "none")))
