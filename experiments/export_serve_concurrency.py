@@ -10,7 +10,7 @@ Steps (one run, everything measured on this machine):
    CPU) for the same drafter, chain of B - 1 drafts, concurrency 1, 2, 4, 8;
 5. ``summary.md``: measured speedup per concurrency next to the predicted one.
 
-usage: python experiments/export_serve_concurrency.py [--drafter assets/gemma-3-270m-dflash-b8] [--out runs/export_serve]
+usage: python experiments/export_serve_concurrency.py [--drafter assets/gemma-3-270m-dflash] [--out runs/export_serve]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def fd(*args: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--drafter", default=str(ROOT / "assets" / "gemma-3-270m-dflash-b8"))
+    ap.add_argument("--drafter", default=str(ROOT / "assets" / "gemma-3-270m-dflash"))
     ap.add_argument("--out", default="runs/export_serve")
     ap.add_argument("--num-prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=32)

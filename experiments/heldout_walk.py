@@ -8,7 +8,7 @@ against real decoding on the target's own greedy HumanEval continuations.
    the same table on it, and real greedy decoding with the drafter's method: its tau should equal the
    walk's (the walk reads the same sequence; rounds past the data's end are cut short).
 
-    python experiments/heldout_walk.py assets/gemma-3-270m-dflash-b8 --data runs/corpus/corpus.jsonl \
+    python experiments/heldout_walk.py assets/gemma-3-270m-dflash --data runs/corpus/corpus.jsonl \
         --features runs/corpus/features
 """
 

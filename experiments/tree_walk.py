@@ -7,7 +7,7 @@ from (DDTree decodes with 1); per T the walk tau, the drafts accepted at every a
 estimate of them, then the temperature where the two meet; the DFlash chain's walk tau is printed first
 as a check against the training run's held-out table.
 
-    python experiments/tree_walk.py assets/gemma-3-270m-dflash-b8 --data runs/g5f/generated \
+    python experiments/tree_walk.py assets/gemma-3-270m-dflash --data runs/g5f/generated \
         --features runs/g5f/features --walk 64 --budget 32 --temperatures 0.5,0.7,1,1.4
 """
 

@@ -48,8 +48,8 @@ function heads, 48 tokens each; 120 steps from the stage-1 drafter, fetched as t
         --set bf16=false --set num_layers=2 --set position_weights=first_error --set focal=1.0 \
         --set init_from=runs/stage1/assets/gemma-3-270m-dflash-b8
 
-The shipped drafter's second stage (G4L; ``assets/gemma-3-270m-dflash-b8`` is its fourth, the asset README
-says how each was made): 2,048 more package heads (``--more-packages``) and 480 steps from stage 1::
+The block-8 drafter's second stage (G4L; ``assets/gemma-3-270m-dflash-b8`` was its fourth, G6H, the asset
+README says how each was made): 2,048 more package heads (``--more-packages``) and 480 steps from stage 1::
 
     python recipes/gemma3_270m_dflash.py --out runs/g4 --n-prompts 3000 --heads-first 1024 --packages 2048 \
         --more-packages 2048 --new-tokens 48 --backend hf --batch-size 64 --offline --run-name G4L \
@@ -58,7 +58,7 @@ says how each was made): 2,048 more package heads (``--more-packages``) and 480 
         --set position_weights=first_error --set focal=1.0 --set init_from=runs/stage1/assets/gemma-3-270m-dflash-b8
 
 A third stage (the README's G5F, not shipped): G4L, the asset then, continued on the continuations of
-3,940 package heads it was not trained on (``--more-only-after 2048``; the asset folder now holds G6H)::
+3,940 package heads it was not trained on (``--more-only-after 2048``; the folder then held G4L)::
 
     python recipes/gemma3_270m_dflash.py --out runs/g5f --n-prompts 3000 --heads-first 1024 --packages 2048 \
         --more-packages 6000 --more-only-after 2048 --new-tokens 48 --backend hf --batch-size 64 --offline \
@@ -70,8 +70,20 @@ A third stage (the README's G5F, not shipped): G4L, the asset then, continued on
 Once ``--more-packages`` has used every module's first three function heads, ``--later-heads N`` (with
 ``--n-prompts 0``: nothing else) gives N heads that no other draw holds, each module's 4th-6th.
 
-A drafter from nothing in one command (the README's F1, about 76 minutes; held out and on HumanEval it
-equals the four-stage shipped drafter, HumanEval DFlash tau 2.88, DDTree@32 3.79)::
+The shipped drafter (``assets/gemma-3-270m-dflash``, the README's F16): from nothing in one command at block
+16, 98.6 minutes on a 2-core AMD EPYC (HumanEval DFlash tau 3.09, DDTree@32 4.21)::
+
+    python recipes/gemma3_270m_dflash.py --out runs/f16 --n-prompts 0 --later-heads 3000 --new-tokens 48 \
+        --backend hf --batch-size 64 --offline --run-name F16 --max-steps 1000 --train-minutes 80 --threads 2 \
+        --set loss=kl --set batch_size=32 --set max_anchors=8 --set lr=1e-3 --set eval_every=250 \
+        --set keep_last=10 --set bf16=false --set num_layers=2 --set position_weights=first_error \
+        --set focal=1.0 --set block_hints=lookup --set hint_prob=0.9 --set block_size=16 --set save_every=50
+
+The commands above that name ``assets/gemma-3-270m-dflash-b8`` mean the block-8 drafter shipped on their day
+(the asset README says how to restore each).
+
+A block-8 drafter from nothing in one command (the README's F1, about 76 minutes; held out and on HumanEval it
+equals the four-stage G6H, HumanEval DFlash tau 2.88, DDTree@32 3.79)::
 
     python recipes/gemma3_270m_dflash.py --out runs/g8 --n-prompts 0 --later-heads 3000 --new-tokens 48 \
         --backend hf --batch-size 64 --offline --run-name F1 --max-steps 1000 --train-minutes 60 --threads 2 \

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--prompts", "2", "--new-tokens", "12", "--backend", "hf", "--minutes", "0.5", "--bench-prompts", "1",
         "--bench-tokens", "8", "--budgets", "4", "--set", "train_steps=2", "--set", "train_set=[\"save_every=1\", "
         "\"holdout=0\", \"batch_size=2\", \"max_len=64\", \"bf16=false\"]",
-        "--drafter", str(ROOT / "assets/gemma-3-270m-dflash-b8"), "--set", f"recipe={ROOT / 'recipes/gemma3_270m_dflash.yaml'}"]
+        "--drafter", str(ROOT / "assets/gemma-3-270m-dflash"), "--set", f"recipe={ROOT / 'recipes/gemma3_270m_dflash.yaml'}"]
 
 
 def test_demo_smallest_settings(tmp_path):

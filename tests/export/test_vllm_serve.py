@@ -31,7 +31,7 @@ from flashdraft.models.target import embedded_target_dir, load_target
 from tests.export.near_tie import NEAR_TIE, assert_equal_up_to_near_ties
 from tests.export.vllm_driver import launch
 
-ASSET = Path(__file__).resolve().parents[2] / "assets" / "gemma-3-270m-dflash-b8"
+ASSET = Path(__file__).resolve().parents[2] / "assets" / "gemma-3-270m-dflash"
 PROMPTS = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
            "import numpy as np\n\ndef mean_squared_error(y_true, y_pred):\n"]
 MAX_TOKENS = 32

@@ -30,7 +30,7 @@ class DemoConfig(Section):
 
     out: str = Field("runs/demo", description="run folder: one sub-folder per stage, stages/ markers, report/")
     target: str = Field("gemma-3-270m", description="target: embedded name, HF folder/id or .gguf file")
-    drafter: str = Field("assets/gemma-3-270m-dflash-b8", description="the shipped drafter, benched next to the new one")
+    drafter: str = Field("assets/gemma-3-270m-dflash", description="the shipped drafter, benched next to the new one")
     recipe: str = Field("recipes/gemma3_270m_dflash.yaml", description="TrainConfig YAML of the training recipe")
     sources: list[str] = Field(["stdlib-code", "stdlib-docs"], description="built-in prompt sources (no held-out sets)")
     prompts: int = Field(24, ge=1, description="prompts in all, split evenly across the sources")
