@@ -68,7 +68,7 @@ def main() -> None:
         g = dec.generate(p, a.max_tokens)
         ours.append(g.tokens)
         rounds += len(g.stats.taus)
-        accepted += sum(t - 1 for t in g.stats.taus)
+        accepted += sum(g.stats.accepted)  # as vLLM counts: the last round's drafts before the output is cut
     theirs_rate = m["num_accepted_tokens"] / m["num_draft_tokens"]
     ours_rate = accepted / (rounds * k)
     print(f"{a.drafter}: vLLM method {spec['method']!r}, num_speculative_tokens {k}, {len(prompts)} HumanEval "

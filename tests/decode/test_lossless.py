@@ -44,8 +44,34 @@ def test_oracle_drafter_full_acceptance(target, method, budget):
     for p in random_prompts(3, 20, seed=3):
         res = dec.generate(p, NEW)
         assert_same_tokens(target, p, res.tokens, ar.generate(p, NEW).tokens, f"oracle-{method}/{target.name}")
-        assert res.stats.taus == [B] * len(res.stats.taus), res.stats.taus
-        assert res.stats.per_position_acceptance() == [1.0] * (B - 1)
+        # every round accepts the whole block; the last one commits only what fits in NEW (1 from the prefill)
+        assert res.stats.taus[:-1] == [B] * (len(res.stats.taus) - 1) and sum(res.stats.taus) == NEW - 1, res.stats.taus
+        assert res.stats.taus[-1] == ((NEW - 1) % B or B)
+
+
+@pytest.mark.parametrize("method", ["dflash", "ddtree"])
+def test_tau_counts_committed_tokens_only(method):
+    """tau = tokens committed / verify rounds: a last round that overshoots max_new_tokens, or runs past a stop
+    token, counts only the tokens it emitted, and so do the histogram and per-position acceptance."""
+    import dataclasses
+
+    target, B = tiny_target("qwen3"), 8
+    p = random_prompts(1, 20, seed=3)[0]
+    dec = build_decoder(method, target, OracleDrafter(target, block_size=B), budget=7)
+    res = dec.generate(p, 12)  # prefill 1 + a full round of 8 + a round that verifies 8 but may emit only 3
+    assert len(res.tokens) == 12 and res.stats.taus == [8, 3] and res.stats.tau_mean == 5.5
+    assert res.stats.accepted == [7, 7]  # what the verifier accepted, as an engine's counters count it
+    assert res.stats.tau_histogram()[8] == 1 and res.stats.tau_histogram()[3] == 1
+    assert res.stats.per_position_acceptance()[:3] == [1.0, 1.0, 0.5]  # tau 3 = drafts 1-2 accepted + the bonus
+    # a stop token inside a round: that round emits up to and including it
+    full = build_decoder("ar", target).generate(p, 12).tokens
+    stop_tok = full[5]
+    first = full.index(stop_tok)
+    eos_target = dataclasses.replace(target, eos_token_ids=[stop_tok])
+    dec = build_decoder(method, eos_target, OracleDrafter(eos_target, block_size=B), budget=7)
+    res = dec.generate(p, 40)
+    assert res.tokens == full[: first + 1]
+    assert sum(res.stats.taus) == len(res.tokens) - 1 and max(res.stats.taus) <= B
 
 
 def test_prompt_longer_than_sliding_window():

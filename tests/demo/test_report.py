@@ -58,7 +58,7 @@ def test_report_figures_come_from_the_results(run_dir):
     assert f"AR TPOT {rows['ar']['tpot_ms']:.1f} ms" in md
     # the oracle accepts everything (tau = block), the random drafter almost nothing
     assert f"| dflash | {rows['shipped/dflash']['tau_mean']:.2f} |" in md
-    assert rows["trained/dflash"]["tau_mean"] == pytest.approx(8.0)
+    assert rows["trained/dflash"]["tau_mean"] == pytest.approx(5.5)  # rounds of 8 and 3: 12 tokens, 1 from the prefill
     for b in BUDGETS:  # every drafter row the bench ran has its line, the hybrid and cost-sized trees included
         for kind in (f"ddtree@{b}", f"chain@{b}", f"ddtree_ngram@{b}", f"ddtree@{b}+cost", f"ddtree_ngram@{b}+cost"):
             assert f"| {kind} |" in md, kind

@@ -18,13 +18,18 @@ class DecodeError(FlashdraftError, ValueError):
 
 @dataclass
 class DecodeStats:
-    """Per-generation statistics. tau = tokens committed by one verify round (accepted drafts + bonus)."""
+    """Per-generation statistics. A round's tau = the tokens it committed to the output (accepted drafts + bonus,
+    the last round cut at ``max_new_tokens`` and at a stop token), so ``tau_mean`` = new tokens from verify
+    rounds / rounds, never more than what was emitted."""
 
     method: str
     prompt_tokens: int = 0
     new_tokens: int = 0
     max_depth: int = 0  # deepest draft position a round could accept (B - 1 for DFlash; 0 for AR)
     taus: list[int] = field(default_factory=list)
+    # drafts the verifier accepted each round before the output was cut: what an engine's spec-decode counters
+    # (vLLM's num_accepted_tokens) count, for comparing acceptance rates with them; tau never uses it
+    accepted: list[int] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     total_seconds: float = 0.0
 
@@ -78,6 +83,8 @@ class Decoder(ABC):
     """prompt ids, max new tokens, temperature, seed -> tokens + stats."""
 
     method: ClassVar[str]
+    needs_drafter: ClassVar[bool] = True
+    uses_budget: ClassVar[bool] = True  # whether ``budget`` sizes its rounds
     OPTIONS: ClassVar[tuple[str, ...]] = ()  # keyword options ``create`` takes besides target, drafter and budget
 
     @abstractmethod
@@ -97,6 +104,14 @@ def register(name: str):
         return cls
 
     return wrap
+
+
+def unused_settings(method: str, names) -> list[str]:
+    """Of the decode settings ``names`` (drafter, budget and method options) those ``method`` does not use, so
+    that a command can say it ignores them."""
+    cls = DECODERS[method]
+    used = set(cls.OPTIONS) | ({"drafter"} if cls.needs_drafter else set()) | ({"budget"} if cls.uses_budget else set())
+    return sorted(n for n in names if n not in used)
 
 
 def build_decoder(method: str, target, drafter=None, budget: int | None = None, **options) -> Decoder:

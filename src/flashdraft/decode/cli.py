@@ -9,12 +9,15 @@ import typer
 from rich.console import Console
 
 from flashdraft.config import ConfigError
+from flashdraft.errors import fail
 from flashdraft.decode import DECODERS, DecodeError
+from flashdraft.decode.base import unused_settings
 from flashdraft.decode.config import DecodeConfig
 from flashdraft.models.drafter import DrafterError, drafter_families
 from flashdraft.models.target import TargetError
 
 console = Console()
+SETTINGS = {"drafter", "budget", "lookup_min", "lookup_max", "sizing", "tree_temperature", "hints"}  # per-method ones
 METHODS_HELP = " | ".join(sorted(DECODERS)) + " (ar and ngram* need no drafter)"
 
 
@@ -50,6 +53,10 @@ def decode(
             lookup_max=lookup_max, sizing=sizing, tree_temperature=tree_temperature,
             hints=hints,
         )
+        ignored = unused_settings(cfg.method, cfg.model_fields_set & SETTINGS)
+        if ignored:
+            typer.echo(f"warning: --method {cfg.method} ignores " + ", ".join("--" + n.replace("_", "-") for n in ignored),
+                       err=True)
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         d = load_drafter(cfg.drafter, tgt) if cfg.drafter else None
         options = {k: getattr(cfg, k) for k in DECODERS[cfg.method].OPTIONS if k in DecodeConfig.model_fields}
@@ -58,18 +65,22 @@ def decode(
         res = dec.generate(ids, cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed)
         ar = build_decoder("ar", tgt).generate(ids, cfg.max_new_tokens, cfg.temperature, cfg.seed) if compare_ar else None
     except (ConfigError, DecodeError, DrafterError, TargetError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
+        fail(e)
     s = res.stats
     console.print(prompt, style="bold", end="", markup=False, highlight=False)
     console.print(tgt.decode(res.tokens), markup=False, highlight=False)
-    console.print(
-        f"\nmethod={cfg.method} new_tokens={s.new_tokens} rounds={s.rounds} tau={s.tau_mean:.2f} "
-        f"tokens/s={s.tokens_per_second:.1f} (decode, prefill excluded)"
-    )
-    if cfg.method != "ar":
-        console.print("tau histogram: " + " ".join(f"{k}:{v}" for k, v in s.tau_histogram().items()))
+    if s.rounds:
+        typer.echo(f"\nmethod={cfg.method} new_tokens={s.new_tokens} rounds={s.rounds} tau={s.tau_mean:.2f} "
+                   f"tokens/s={s.tokens_per_second:.1f} (decode, prefill excluded)")
+        if cfg.method != "ar":
+            typer.echo("tau histogram: " + " ".join(f"{k}:{v}" for k, v in s.tau_histogram().items()))
+    else:
+        typer.echo(f"\nmethod={cfg.method} new_tokens={s.new_tokens} rounds=0 tau=n/a tokens/s=n/a (the only token "
+                   "came from the prefill: it was a stop token or --max-new-tokens is 1, so no verify round ran)")
     if ar is not None:
         same = "identical" if ar.tokens == res.tokens else "DIFFERENT"
-        speed = s.tokens_per_second / ar.stats.tokens_per_second if ar.stats.tokens_per_second else float("nan")
-        console.print(f"ar tokens/s={ar.stats.tokens_per_second:.1f}  speedup={speed:.2f}x  tokens {same} to AR")
+        if s.rounds and ar.stats.rounds:
+            speed = f"{s.tokens_per_second / ar.stats.tokens_per_second:.2f}x"
+        else:
+            speed = "n/a (no decode step to time)"
+        typer.echo(f"ar tokens/s={ar.stats.tokens_per_second:.1f}  speedup={speed}  tokens {same} to AR")

@@ -28,7 +28,7 @@ from flashdraft.decode.base import DecodeError, Decoder, DecodeStats, Generation
 from flashdraft.decode.lookup import lookup_hints
 from flashdraft.decode.sizing import SIZINGS, VerifyCosts, cost_sized, verify_costs
 from flashdraft.decode.tree import DraftTree, argmax_chain, best_first_tree, root_only, tree_marginals
-from flashdraft.models.drafter import propose_scores
+from flashdraft.models.drafter import is_stepwise, propose_scores
 from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.target import Target
 
@@ -39,6 +39,17 @@ def choose(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> in
         return int(logits.argmax())
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def committed(tokens: list[int], room: int, stop: set[int]) -> list[int]:
+    """The part of a round's ``tokens`` (accepted drafts + bonus) that is output: at most ``room`` tokens, up to
+    and including the first stop token. A round's tau counts these, so the last round of a generation cut
+    at ``max_new_tokens`` or at EOS adds only what it emitted (tau = tokens committed / verify rounds)."""
+    tokens = tokens[:room]
+    for i, t in enumerate(tokens):
+        if t in stop:
+            return tokens[: i + 1]
+    return tokens
 
 
 class _Timer:
@@ -53,8 +64,6 @@ class _Timer:
 
 class SpeculativeDecoder(Decoder):
     """The shared loop; subclasses say how a round's tree is drafted (:meth:`draft_tree`)."""
-
-    needs_drafter = True
 
     def __init__(self, target: Target, drafter=None, budget: int | None = None):
         if self.needs_drafter and drafter is None:
@@ -174,17 +183,14 @@ class SpeculativeDecoder(Decoder):
             compact_cache(cache, past, keep)
             if feats is not None:
                 feats = feats.index_select(0, keep)  # [len(path), K * hidden]: features of committed tokens
-            new = [tree.tokens[i] for i in path[1:]] + [bonus]
+            new = committed([tree.tokens[i] for i in path[1:]] + [bonus], max_new_tokens - len(out), stop)
             out.extend(new)
             tokens = torch.cat([tokens, tokens.new_tensor(new)])
-            stats.taus.append(len(path))
+            stats.taus.append(len(new))
+            stats.accepted.append(len(path) - 1)
             timer.lap("commit")
 
-        out = out[:max_new_tokens]
-        for i, t in enumerate(out):
-            if t in stop:
-                out = out[: i + 1]
-                break
+        out = committed(out, max_new_tokens, stop)  # the prefill's token alone may be a stop token
         stats.new_tokens = len(out)
         stats.total_seconds = time.perf_counter() - t_start
         return Generation(tokens=out, stats=stats)
@@ -195,6 +201,7 @@ class ARDecoder(SpeculativeDecoder):
     """Autoregressive baseline in the same harness: one token per target forward (KV-cached)."""
 
     needs_drafter = False
+    uses_budget = False
 
     def __init__(self, target: Target, drafter=None, budget: int | None = None):
         super().__init__(target, drafter=None, budget=None)
@@ -216,6 +223,14 @@ def block_hints(drafter, hints: str | None) -> str:
     return hints
 
 
+def require_block_drafter(method: str, drafter) -> None:
+    """Refuse a step-wise drafter (EAGLE-3) for a method that drafts a whole block per pass."""
+    if is_stepwise(drafter):
+        arch = getattr(drafter, "architecture", type(drafter).__name__)
+        raise DecodeError(f"method {method!r} drafts a whole block per pass; the {arch} drafter drafts token by token: "
+                          "use --method eagle3 (chain) or eagle3_tree with it")
+
+
 def draft_block(drafter, tokens: torch.Tensor, feats: torch.Tensor | None, hints: str):
     """(logits [B-1, C], ids [C] or None): a DFlash drafter's logits over its draft vocabulary for the block after
     ``tokens`` (propose_scores), its draft slots MASK or, with ``hints="lookup"``, prompt lookup's chain."""
@@ -233,9 +248,11 @@ class DFlashDecoder(SpeculativeDecoder):
     """
 
     OPTIONS = ("hints",)
+    uses_budget = False  # the block size sets the chain
 
     def __init__(self, target: Target, drafter=None, budget: int | None = None, hints: str | None = None):
         super().__init__(target, drafter=drafter, budget=budget)
+        require_block_drafter(self.method, drafter)
         self.hints = block_hints(drafter, hints)
 
     def draft(self, tokens, feats):
@@ -262,6 +279,7 @@ class DDTreeDecoder(SpeculativeDecoder):
         if sizing not in SIZINGS:
             raise DecodeError(f"sizing {sizing!r} is not one of {', '.join(SIZINGS)}; pick one")
         super().__init__(target, drafter=drafter, budget=budget if budget is not None else self.DEFAULT_BUDGET)
+        require_block_drafter(self.method, drafter)
         self.sizing, self.hints = sizing, block_hints(drafter, hints)
         if tree_temperature is None:  # the drafter's calibrated temperature (config.json), else 1
             tree_temperature = getattr(getattr(drafter, "cfg", None), "tree_temperature", None) or 1.0
