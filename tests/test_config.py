@@ -89,7 +89,7 @@ def test_export_import_serve_cmd(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_export(src, fmt, out, tgt, ref, modeling_file, dtype):
+    def fake_export(src, fmt, out, tgt, ref, modeling_file, dtype, overwrite=False):
         seen["export"] = (src, fmt, out, tgt, ref, dtype)
         raise formats.ExportError("stop")
 
@@ -101,7 +101,7 @@ def test_export_import_serve_cmd(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "stop" in r.output
     assert seen["export"] == (Path("d"), "vllm", Path("o"), "loaded t", "/models/t", "bfloat16")
 
-    def fake_import(src, out, fmt, tgt, mask):
+    def fake_import(src, out, fmt, tgt, mask, overwrite=False):
         seen["import"] = (str(src), str(out), fmt, mask)
         return out, fmt, []
 

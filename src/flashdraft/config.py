@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from flashdraft.errors import FlashdraftError
+from flashdraft.errors import FlashdraftError, warn
 
 S = TypeVar("S", bound="Section")
 
@@ -38,15 +38,16 @@ class Section(BaseModel):
         """Read ``path`` (YAML) if given, then the ``--set key=value`` pairs in ``sets``, then ``overrides``
         whose value is not None; pydantic validates the result (types, bounds, unknown keys)."""
         data = dict(read_yaml(path))
-        data.update(parse_sets(sets, cls))
-        data.update({k: v for k, v in overrides.items() if v is not None})
+        from_sets = parse_sets(sets, cls)
+        flags = {k: v for k, v in overrides.items() if v is not None}
+        for k in sorted(k for k in from_sets if k in flags and from_sets[k] != flags[k]):
+            warn(f"--set {k}={from_sets[k]} is overridden by its flag ({flags[k]!r}); drop one of the two")
+        data.update(from_sets)
+        data.update(flags)
         try:
             return cls(**data)
         except ValidationError as e:
-            missing = [".".join(map(str, err["loc"])) for err in e.errors() if err["type"] == "missing"]
-            hint = (f"\nmissing: {', '.join(missing)}; pass the flag or set it in the --config YAML (or --set "
-                    f"{missing[0]}=...)") if missing else ""
-            raise ConfigError(f"invalid {cls.__name__} config:\n{e}{hint}") from None
+            raise ConfigError(validation_message(e, f"invalid {cls.section_name()} config")) from None
 
     def save(self, path: str | Path) -> None:
         """Write the config as YAML (atomically: temp file + rename)."""
@@ -55,17 +56,50 @@ class Section(BaseModel):
         atomic_write_text(Path(path), yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
 
 
+def validation_message(e: ValidationError, what: str) -> str:
+    """A pydantic error on one line: each wrong field, what is wrong and the value found; missing fields with how
+    to give them."""
+    missing = [".".join(map(str, err["loc"])) for err in e.errors() if err["type"] == "missing"]
+    wrong = []
+    for err in e.errors():
+        if err["type"] == "missing":
+            continue
+        field = ".".join(map(str, err["loc"])) or "(config)"
+        found = err.get("input")
+        got = f" (found {found!r})" if found is not None and not isinstance(found, (dict, list)) else ""
+        wrong.append(f"{field}: {err['msg']}{got}")
+    parts = wrong + ([f"missing {', '.join(missing)}: pass the flag or set it in the --config YAML (or --set "
+                      f"{missing[0]}=...)"] if missing else [])
+    return f"{what}: " + "; ".join(parts)
+
+
 def read_yaml(path: str | Path | None) -> dict[str, Any]:
     """The mapping in the YAML file ``path`` ({} for None), as :meth:`Section.load` reads it."""
     if path is None:
         return {}
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config {p} is a folder; pass a YAML file (e.g. {p / 'config.yaml'}) or drop --config")
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist; pass an existing YAML file or drop --config")
-    loaded = yaml.safe_load(p.read_text()) or {}
+    loaded = load_yaml_file(p) or {}
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file {p} must hold a mapping of field: value, found {type(loaded).__name__}")
     return loaded
+
+
+def load_yaml_file(path: str | Path) -> Any:
+    """The YAML document in ``path``; a file that does not parse is a :class:`ConfigError` naming its line."""
+    p = Path(path)
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{p} is not valid YAML{where}: {what}; fix the file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p} is not a UTF-8 text file; pass a YAML file") from None
 
 
 def sets_to_dict(sets: list[str] | None) -> dict[str, Any]:

@@ -122,16 +122,15 @@ def test_cli(tmp_path, tiny_dir):
 
 
 def test_hf_hands_the_backend_small_chunks_so_a_kill_loses_little(tmp_path, tiny_dir, monkeypatch):
-    """hf runs a chunk batch after batch and records are written after each chunk: by default a chunk is
-    4 x batch_size prompts (not 1024), so a run killed in its second chunk keeps the first chunk's records
-    and --resume writes only the rest."""
+    """hf runs a chunk batch after batch and records are written after each chunk (whatever flush_every says):
+    by default a chunk is one batch (not 1024 prompts), so a run killed in its second batch keeps the first
+    batch's records and --resume writes only the rest."""
     from flashdraft.generate.backends.hf import HFBackend
 
     src = write_jsonl(tmp_path / "p.jsonl", [{"id": f"p{i}", "prompt": f"def f{i}(x):"} for i in range(7)])
     cfg = GenerateConfig(sources=[str(src)], target=str(tiny_dir), backend="hf", dtype="float32", max_tokens=4,
-                         output=str(tmp_path / "out"), batch_size=1, progress=False, flush_every=1,
-                         chat_template="never")
-    assert cfg.backend_chunk_size == 4 and GenerateConfig(sources=[str(src)], target=str(tiny_dir)).backend_chunk_size == 1024
+                         output=str(tmp_path / "out"), batch_size=2, progress=False, chat_template="never")
+    assert cfg.backend_chunk_size == 2 and GenerateConfig(sources=[str(src)], target=str(tiny_dir)).backend_chunk_size == 1024
     real, calls = HFBackend.generate, []
 
     def dies_in_second_chunk(self, requests):
@@ -143,8 +142,8 @@ def test_hf_hands_the_backend_small_chunks_so_a_kill_loses_little(tmp_path, tiny
     monkeypatch.setattr(HFBackend, "generate", dies_in_second_chunk)
     with pytest.raises(KeyboardInterrupt):
         run(cfg)
-    assert calls == [4, 3] and len(read_records(cfg.output)) == 4
+    assert calls == [2, 2] and len(read_records(cfg.output)) == 2
     monkeypatch.setattr(HFBackend, "generate", real)
     m = run(cfg.model_copy(update={"resume": True}))
-    assert m["counts"]["done"] == 3 and m["counts"]["skipped_done"] == 4
+    assert m["counts"]["done"] == 5 and m["counts"]["skipped_done"] == 2
     assert sorted(read_records(cfg.output).column("id").to_pylist()) == sorted(f"{src.stem}:p{i}" for i in range(7))

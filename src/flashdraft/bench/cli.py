@@ -8,6 +8,8 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
+from flashdraft.errors import fail
+
 app = typer.Typer(help="Benchmarks: decode (AR/DFlash/DDTree), serve (concurrency sweep), model (cost model).",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
@@ -20,11 +22,6 @@ def _ints(s: str) -> list[int]:
         raise typer.BadParameter(f"{s!r}: give comma-separated integers, e.g. 4,8,16") from None
 
 
-def _fail(e: Exception) -> None:
-    console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
-    raise typer.Exit(2)
-
-
 CONFIG_HELP = "YAML with the same field names (bench.config); --set and flags override it."
 SET_HELP = "key=value over the config (repeatable), e.g. --set limit=8"
 
@@ -35,7 +32,7 @@ def _config(cls, config: Optional[Path], sets: Optional[List[str]], **flags):
     try:
         return cls.load(config, sets=sets, **{k: v for k, v in flags.items() if v not in (None, [], ())})
     except ConfigError as e:
-        _fail(e)
+        fail(e)
 
 
 @app.command()
@@ -66,7 +63,7 @@ def decode(
     from flashdraft.bench.decode_bench import BenchError, drafter_names, load_prompt_set, markdown_table, run_decode_bench
     from flashdraft.bench.plots import decode_plots
     from flashdraft.decode.base import DecodeError
-    from flashdraft.io import atomic_write_text
+    from flashdraft.io import OutputPathError, atomic_write_text, check_output_dir
     from flashdraft.models.drafter import DrafterError, load_drafter
     from flashdraft.models.target import TargetError, load_target
 
@@ -79,16 +76,17 @@ def decode(
     out = Path(cfg.out)
     torch.set_num_threads(cfg.threads)
     try:
+        check_output_dir(out)  # before the target loads: a bad -o is named at once
         sets_ = dict(load_prompt_set(p, cfg.limit) for p in cfg.prompts)
-        tgt = load_target(cfg.target, dtype=cfg.dtype)
+        tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         drafters = {n: load_drafter(d, tgt) for n, d in zip(drafter_names(cfg.drafter), cfg.drafter)}
         console.print("prompting: plain continuation of the raw prompt (no chat template, no thinking)")
         res = run_decode_bench(tgt, drafters, sets_, cfg.budgets, cfg.temperatures, cfg.max_new_tokens, cfg.repeats, out,
                                log=lambda m: console.print(m, markup=False, highlight=False), ngram=cfg.ngram,
                                lookup=dict(lookup_min=cfg.lookup_min, lookup_max=cfg.lookup_max), sizings=cfg.sizing,
                                hints=cfg.hints)
-    except (BenchError, DecodeError, DrafterError, TargetError) as e:
-        _fail(e)
+    except (BenchError, DecodeError, DrafterError, OutputPathError, TargetError) as e:
+        fail(e)
     md = markdown_table(res)
     atomic_write_text(out / "table.md", md)
     plots = decode_plots(res, out)
@@ -125,7 +123,7 @@ def serve(
                   concurrency=_ints(concurrency) if concurrency else None, ignore_eos=ignore_eos, target=target,
                   drafter=drafter, block_size=block_size, timeout_s=timeout_s, out=str(out) if out else None)
     if not cfg.baseline_url:
-        _fail(ValueError("bench serve needs the plain server's URL: pass --baseline-url or set baseline_url"))
+        fail(ValueError("bench serve needs the plain server's URL: pass --baseline-url or set baseline_url"))
     out = Path(cfg.out)
     console.print("servers a user would start (baseline, speculative):")
     for c in vllm_commands(cfg.target, cfg.drafter, cfg.block_size):
@@ -137,7 +135,7 @@ def serve(
         res = run_serve_bench(endpoints, texts, cfg.max_tokens, cfg.concurrency, out, cfg.ignore_eos, cfg.timeout_s,
                               log=lambda m: console.print(m, markup=False, highlight=False))
     except (BenchError, ServeBenchError) as e:
-        _fail(e)
+        fail(e)
     md = serve_table(res)
     atomic_write_text(out / "serve_table.md", md)
     plots = serve_plots(res, out)
@@ -184,7 +182,7 @@ def model(
                           concurrency=cfg.concurrency, budgets=cfg.budgets, threads=cfg.threads, out=Path(cfg.out),
                           console=console, profile_opts=dict(sizes=cfg.profile_sizes, repeats=cfg.profile_repeats))
     except ModelCmdError as e:
-        _fail(e)
+        fail(e)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ class BenchDecodeConfig(Section):
     repeats: int = Field(3, ge=1, description="runs per prompt and variant (median)")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     threads: int = Field(1, ge=1, description="torch intra-op threads")
+    device: str = Field("cpu", description="where the target and drafters run: cpu, cuda or cuda:N")
     ngram: bool = Field(True, description="also run prompt lookup (ngram, ngram_tree@b)")
     lookup_min: int = Field(1, ge=1, description="prompt lookup: shortest n-gram matched (vLLM's prompt_lookup_min)")
     lookup_max: int = Field(3, ge=1, description="prompt lookup: longest n-gram matched (vLLM's prompt_lookup_max)")
@@ -62,8 +63,8 @@ class BenchModelConfig(Section):
     target: str = EMBEDDED_TARGET
     drafter: str | None = None
     decode_results: str | None = None
-    tp: int | None = None
-    gpus: int | None = None
+    tp: int | None = Field(None, ge=1, description="GPUs per tensor-parallel group")
+    gpus: int | None = Field(None, ge=1)
     interconnect: str | None = Field(None, description="pcie | nvlink | none")
     latency_us: float | None = None
     bandwidth_gbps: float | None = None

@@ -29,7 +29,7 @@ from flashdraft.decode.base import DECODERS, STAGES, build_decoder
 from flashdraft.decode.speculative import DDTreeDecoder, DFlashDecoder
 from flashdraft.decode.tree import argmax_chain
 from flashdraft.errors import FlashdraftError
-from flashdraft.io import atomic_write_text
+from flashdraft.io import atomic_write_text, make_output_dir
 from flashdraft.records import RecordError, iter_rows
 
 
@@ -230,7 +230,7 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
                      hints: list[str] | None = None) -> dict:
     """Run the sweep; write ``out_dir/results.json`` after each prompt; return the final results."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out_dir)
     decs = variants(target, drafters, budgets, ngram=ngram, lookup=lookup, sizings=sizings, hints=hints)
     results = dict(target=target.name, drafters={k: dict(zip(("chain", "tree"), decode_methods(d)),
                                                          block_size=d.max_depth + 1, **o)

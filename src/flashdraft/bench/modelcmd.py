@@ -123,7 +123,13 @@ def run_model_command(input, preset, profile, target, drafter, decode_results, h
         p = Path(decode_results)
         if not p.is_file():
             raise ModelCmdError(f"--decode-results {p} does not exist; run `flashdraft bench decode -o DIR` first")
-        dec = json.loads(p.read_text())
+        try:
+            dec = json.loads(p.read_text())
+            if not isinstance(dec, dict) or not isinstance(dec.get("sets"), dict):
+                raise ValueError("no 'sets' mapping")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ModelCmdError(f"--decode-results {p} is not the results.json that `flashdraft bench decode -o DIR` "
+                                f"writes ({str(e).splitlines()[0]}); pass DIR/results.json") from None
     try:
         if input is not None:
             inp = CostModelInput.load(input)
@@ -137,7 +143,10 @@ def run_model_command(input, preset, profile, target, drafter, decode_results, h
         raise ModelCmdError(str(e)) from None
     hw = {k: v for k, v in hardware.items() if v is not None}
     if hw:
-        inp.hardware = Hardware(**(inp.hardware.model_dump() | hw))
+        try:
+            inp.hardware = Hardware(**(inp.hardware.model_dump() | hw))
+        except ValueError as e:  # pydantic's ValidationError is a ValueError
+            raise ModelCmdError(f"hardware flags do not fit together: {str(e).splitlines()[-1].strip()}") from None
     if concurrency:
         inp.concurrency = concurrency
     if budgets:

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from flashdraft.errors import FlashdraftError
-from flashdraft.io import atomic_write_text
+from flashdraft.io import atomic_write_text, make_output_dir
 
 SPEC_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 
@@ -185,7 +185,7 @@ def run_serve_bench(endpoints: dict[str, str], prompts: list[str], max_tokens: i
     if not prompts:
         raise ServeBenchError("no prompts: give --prompts humaneval or a JSONL file with a 'prompt' field")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out_dir)
     res = asyncio.run(_sweep(endpoints, prompts, max_tokens, levels, ignore_eos, out_dir, timeout_s, log))
     if not res["rows"]:
         raise ServeBenchError("no endpoint answered: " + "; ".join(res["errors"]))

@@ -8,16 +8,13 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from flashdraft.errors import FlashdraftError
+from flashdraft.errors import FlashdraftError, fail
 
 console = Console()
 CONFIG = typer.Option(None, "--config", help="YAML with this command's fields (flags override it)")
 SET = typer.Option(None, "--set", help="any field of this command: --set key=value (repeatable; flags override it)")
-
-
-def _fail(e: Exception) -> None:
-    console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
-    raise typer.Exit(2)
+OVERWRITE = typer.Option(None, "--overwrite/--no-overwrite", help="Write into an existing folder that holds files "
+                         "this command did not write (they are kept; same-named ones are replaced).")
 
 
 def _str(path: Path | None) -> str | None:
@@ -40,6 +37,7 @@ def export(
                                                  "(for AutoModel trust_remote_code)."),
     dtype: Optional[str] = typer.Option(None, help="dtype the server runs (a shipped embedding table is made in it; "
                                         "default: the drafter's)."),
+    overwrite: Optional[bool] = OVERWRITE,
     config: Optional[Path] = CONFIG, set_: Optional[list[str]] = SET,
 ) -> None:
     """Write a trained drafter in a format vLLM, SGLang, speculators or the z-lab code loads unchanged."""
@@ -50,13 +48,14 @@ def export(
 
     try:
         cfg = ExportConfig.load(config, sets=set_, drafter=_str(drafter), to=to, out=_str(out), target=target,
-                                target_ref=target_ref, modeling_file=_str(modeling_file), dtype=dtype)
+                                target_ref=target_ref, modeling_file=_str(modeling_file), dtype=dtype,
+                                overwrite=overwrite)
         tgt = load_target(cfg.target)
         ref = cfg.target_ref or resolve_target_path(cfg.target)
         rep = export_drafter(Path(cfg.drafter), cfg.to, Path(cfg.out), tgt, ref,
-                             Path(cfg.modeling_file) if cfg.modeling_file else None, cfg.dtype)
+                             Path(cfg.modeling_file) if cfg.modeling_file else None, cfg.dtype, cfg.overwrite)
     except FlashdraftError as e:
-        _fail(e)
+        fail(e)
     _say(f"wrote {rep.out} ({rep.format})")
     for n in rep.notes:
         _say(f"  - {n}")
@@ -74,6 +73,7 @@ def import_(
                                          "num_target_layers, EAGLE-3's default layers or LM head when the "
                                          "checkpoint lacks them)."),
     mask_token_id: Optional[int] = typer.Option(None, help="Mask token id for DFlash checkpoints without one."),
+    overwrite: Optional[bool] = OVERWRITE,
     config: Optional[Path] = CONFIG, set_: Optional[list[str]] = SET,
 ) -> None:
     """Convert a published DFlash or EAGLE-3 drafter into flashdraft's format (for bench decode, run, train)."""
@@ -83,11 +83,12 @@ def import_(
 
     try:
         cfg = ImportConfig.load(config, sets=set_, source=_str(source), out=_str(out), from_=from_, target=target,
-                                mask_token_id=mask_token_id)
+                                mask_token_id=mask_token_id, overwrite=overwrite)
         tgt = load_target(cfg.target) if cfg.target else None
-        path, fmt, notes = import_drafter(Path(cfg.source), Path(cfg.out), cfg.from_, tgt, cfg.mask_token_id)
+        path, fmt, notes = import_drafter(Path(cfg.source), Path(cfg.out), cfg.from_, tgt, cfg.mask_token_id,
+                                          cfg.overwrite)
     except FlashdraftError as e:
-        _fail(e)
+        fail(e)
     _say(f"imported {cfg.source} ({fmt}) -> {path}")
     for n in notes:
         _say(f"  - {n}")
@@ -103,13 +104,15 @@ def serve_cmd(
     """Print the vLLM (baseline and speculative) and SGLang commands that serve an exported drafter."""
     from flashdraft.export.config import ServeCmdConfig
     from flashdraft.export.formats import ExportError
-    from flashdraft.export.serve import serve_commands
+    from flashdraft.export.serve import serve_commands, serve_warnings
 
     try:
         cfg = ServeCmdConfig.load(config, sets=set_, drafter=_str(drafter), target=target, family=family, port=port)
         if not (Path(cfg.drafter) / "config.json").is_file():
             raise ExportError(f"{cfg.drafter}/config.json not found; pass a folder written by `flashdraft export`")
     except FlashdraftError as e:
-        _fail(e)
+        fail(e)
+    for w in serve_warnings(Path(cfg.drafter)):
+        typer.echo(f"warning: {w}", err=True)
     for name, cmd in serve_commands(Path(cfg.drafter), cfg.target, cfg.family, cfg.port).items():
         _say(f"{name}: {cmd}")

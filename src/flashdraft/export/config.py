@@ -12,7 +12,8 @@ class ExportConfig(Section):
 
     drafter: str = Field(description="flashdraft drafter folder (config.json + model.safetensors)")
     to: str = Field(description="format: zlab, vllm, speculators or sglang")
-    out: str = Field(description="folder to write (replaced atomically)")
+    out: str = Field(description="folder to write (replaced atomically; files of other names in it are kept)")
+    overwrite: bool = Field(False, description="write into an existing folder that holds files export did not write")
     target: str = Field("gemma-3-270m", description="target spec (embedded name, .gguf, HF folder or id)")
     target_ref: str | None = Field(None, description="target name written into the files and commands "
                                    "(default: the resolved target folder)")
@@ -25,7 +26,8 @@ class ImportConfig(Section):
 
     source: str = Field(description="checkpoint folder: DFlash (z-lab, vLLM-style, SGLang, speculators) or "
                         "EAGLE-3 (vLLM-style, speculators)")
-    out: str = Field(description="flashdraft drafter folder to write")
+    out: str = Field(description="flashdraft drafter folder to write (files of other names in it are kept)")
+    overwrite: bool = Field(False, description="write into an existing folder that is not a drafter folder")
     from_: str = Field("auto", alias="from", description="auto, or a format of the checkpoint's family: zlab, vllm, "
                        "sglang, speculators (DFlash); vllm, speculators (EAGLE-3)")
     target: str | None = Field(None, description="target to check the fit against")

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from flashdraft.errors import FlashdraftError
 from flashdraft.export.conventions import CONVENTIONS
 from flashdraft.export.quirks import TargetQuirks, measure_quirks, served_embedding_table
-from flashdraft.io import atomic_replace_dir
+from flashdraft.io import atomic_replace_dir, check_publish_dir
 from flashdraft.models.dflash import DFlashConfig, DFlashDrafter
-from flashdraft.models.drafter import DrafterError, drafter_architecture, load_drafter
+from flashdraft.models.drafter import DrafterError, drafter_architecture, load_drafter, read_safetensors
 from flashdraft.models.target import Target
 
 MANIFEST = "flashdraft_export.json"
@@ -108,7 +108,7 @@ def load_tensors(path: Path, error=ExportError) -> dict[str, torch.Tensor]:
                     "(.bin checkpoints: convert them to safetensors first)")
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
-        tensors.update(load_file(str(f)))
+        tensors.update(read_safetensors(f, error))
     return tensors
 
 
@@ -267,9 +267,11 @@ class ExportReport:
 
 
 def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Target, target_ref: str | None = None,
-                   modeling_file: str | Path | None = None, serve_dtype: str | None = None) -> ExportReport:
+                   modeling_file: str | Path | None = None, serve_dtype: str | None = None,
+                 overwrite: bool = False) -> ExportReport:
     """Write the drafter folder ``src_dir`` in format ``fmt`` to ``out`` (atomically) for ``target``;
     ``serve_dtype`` (default: the drafter's own dtype) is the dtype a shipped embedding table is made in.
+    ``out`` follows :func:`~flashdraft.io.check_publish_dir` (``overwrite`` to write into another's folder).
     The exporter is the one registered for (the family ``config.json`` names, ``fmt``)."""
     try:
         name = drafter_architecture(src_dir)
@@ -282,8 +284,7 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
     exporter = EXPORTERS.get((arch, fmt))
     if exporter is None:
         raise ExportError(f"no exporter for a {arch} drafter to format {fmt!r}; choose one of {formats_for(arch)}")
-    if Path(out).resolve() == Path(src_dir).resolve():
-        raise ExportError(f"--out {out} is the source folder; choose a new folder")
+    check_publish_dir(out, lambda d: (d / MANIFEST).is_file(), "an exported drafter", overwrite, inputs=[src_dir])
     src = exporter.read(src_dir)
     if serve_dtype is not None:
         dt = getattr(torch, serve_dtype, None)
@@ -292,8 +293,8 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
         src.serve_dtype = dt
     else:
         src.serve_dtype = src.dtype
+    src.drafter = load_drafter(src.path)  # refuses corrupt, edited or non-finite weights (DrafterError)
     try:
-        src.drafter = load_drafter(src.path)
         src.drafter.check_fits(target)
     except ValueError as e:
         raise ExportError(f"drafter {src_dir} does not fit target {target.name}: {e}") from None
@@ -316,7 +317,7 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
         if files.speculative_config is not None:
             manifest["speculative_config"] = files.speculative_config
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        atomic_replace_dir(tmp, out)
+        atomic_replace_dir(tmp, out, keep_foreign=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ExportReport(out, fmt, notes, quirks)

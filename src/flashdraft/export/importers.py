@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
 from flashdraft.export.formats import MANIFEST, ExportError, load_tensors
-from flashdraft.io import atomic_replace_dir
+from flashdraft.io import atomic_replace_dir, check_publish_dir
 from flashdraft.models.dflash import DFlashConfig
 from flashdraft.models.drafter import DrafterConfig, load_drafter
 from flashdraft.models.target import Target, default_target_layer_ids
@@ -79,7 +79,13 @@ def _read(src: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     p = src / "config.json"
     if not p.is_file():
         raise ImportError_(f"{p} not found; pass a checkpoint folder with config.json and *.safetensors")
-    return json.loads(p.read_text()), load_tensors(src, ImportError_)
+    try:
+        raw = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ImportError_(f"{p} is not valid JSON ({e}); pass a checkpoint folder as its trainer wrote it") from None
+    if not isinstance(raw, dict):
+        raise ImportError_(f"{p} holds {type(raw).__name__}, not a JSON object of config fields")
+    return raw, load_tensors(src, ImportError_)
 
 
 def detect_family(raw: dict) -> str:
@@ -263,11 +269,13 @@ class SpeculatorsImporter(DFlashImporter):
 
 
 def import_drafter(src: str | Path, out: str | Path, fmt: str = "auto", target: Target | None = None,
-                   mask_token_id: int | None = None) -> tuple[Path, str, list[str]]:
+                   mask_token_id: int | None = None, overwrite: bool = False) -> tuple[Path, str, list[str]]:
     """Convert the checkpoint folder ``src`` (``fmt``: auto, or a format registered for its family: zlab,
     vllm, sglang, speculators for DFlash; vllm, speculators for EAGLE-3) into a flashdraft drafter folder
     ``out``; with ``target``, the fit is checked. Returns (out, format, notes)."""
     src, out = Path(src), Path(out)
+    check_publish_dir(out, lambda d: (d / "config.json").is_file() and (d / "model.safetensors").is_file(),
+                      "a flashdraft drafter", overwrite, inputs=[src])
     raw, tensors = _read(src)
     importer = pick_importer(raw, fmt)
     notes: list[str] = []
@@ -292,8 +300,8 @@ def import_drafter(src: str | Path, out: str | Path, fmt: str = "auto", target: 
             if target is not None:
                 drafter.check_fits(target)
         except ValueError as e:
-            raise ImportError_(f"{src} does not load as a flashdraft drafter: {e}") from None
-        atomic_replace_dir(tmp, out)
+            raise ImportError_(f"{src} does not load as a flashdraft drafter: {str(e).replace(str(tmp), str(src))}") from None
+        atomic_replace_dir(tmp, out, keep_foreign=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if (src / MANIFEST).is_file():

@@ -27,6 +27,21 @@ def _read(drafter_dir: Path) -> tuple[dict, dict]:
     return cfg, (json.loads(m.read_text()) if m.is_file() else {})
 
 
+def serve_warnings(drafter_dir: str | Path) -> list[str]:
+    """What the printed commands cannot promise for this folder: one not written by ``flashdraft export`` is
+    taken for z-lab format, which a flashdraft drafter with a reduced draft vocabulary is not."""
+    d = Path(drafter_dir)
+    cfg, manifest = _read(d)
+    if manifest:
+        return []
+    out = [f"{d} was not written by `flashdraft export` (no {MANIFEST}): the commands below take it for z-lab format; "
+           f"export it first (flashdraft export {d} --to vllm -o OUT, or --to sglang)"]
+    if cfg.get("draft_vocab_size") and cfg.get("draft_vocab_size") != cfg.get("vocab_size"):
+        out.append(f"its draft vocabulary ({cfg['draft_vocab_size']} of {cfg.get('vocab_size')} ids) is one SGLang "
+                   "and the z-lab code cannot load; `flashdraft export --to vllm` writes it as vLLM reads it")
+    return out
+
+
 def serve_commands(drafter_dir: str | Path, target: str, target_family: str | None = None, port: int = 8000,
                    dtype: str = "bfloat16") -> dict[str, str]:
     """{"vllm": ..., "vllm_baseline": ..., "sglang": ...} for an exported drafter folder (a key is absent

@@ -43,12 +43,13 @@ class GenerateConfig(Section):
     resume: bool = Field(False, description="skip ids already written to output (else a non-empty output is an error)")
     num_shards: int = Field(1, ge=1, description="split the prompts across this many machines")
     shard_index: int = Field(0, ge=0)
-    flush_every: int = Field(512, ge=1, description="write a Parquet part every this many records")
+    flush_every: int = Field(512, ge=1, description="write a Parquet part at least every this many records (and "
+                             "after every chunk)")
     flush_seconds: float = Field(300.0, gt=0, description="... or at least this often")
     chunk_size: int | None = Field(
         None, ge=1, description="prompts handed to the backend at once (per turn depth); records are written after "
-        "each chunk, so a killed run redoes at most one. Default: 1024, or 4 x batch_size for hf (which runs a "
-        "chunk batch after batch)",
+        "each chunk, so a killed run loses at most the chunk in flight. Default: 1024, or batch_size for hf (one "
+        "batch: a kill loses at most the batch in flight)",
     )
     estimate_prompts: int = Field(100_000, ge=1, description="the summary estimates the time for this many more prompts")
     progress: bool = True
@@ -86,4 +87,4 @@ class GenerateConfig(Section):
     @property
     def backend_chunk_size(self) -> int:
         """``chunk_size``, or its default for the backend (follows ``batch_size`` for hf)."""
-        return self.chunk_size or (4 * self.batch_size if self.backend == "hf" else 1024)
+        return self.chunk_size or (self.batch_size if self.backend == "hf" else 1024)

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from flashdraft.errors import FlashdraftError
-from flashdraft.io import atomic_write_bytes, atomic_write_text
+from flashdraft.io import atomic_write_bytes, atomic_write_text, make_output_dir
 
 SCHEMA = pa.schema([
     ("source", pa.string()),
@@ -77,7 +77,7 @@ class OutputWriter:
     def __init__(self, folder: str | Path, shard_index: int = 0, worker: int = 0, flush_every: int = 512,
                  flush_seconds: float = 300.0):
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_output_dir(self.folder)
         self.tag = f"s{shard_index:05d}-w{worker}"
         self.flush_every, self.flush_seconds = flush_every, flush_seconds
         self.buffer: list[dict] = []

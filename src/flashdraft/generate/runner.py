@@ -23,7 +23,8 @@ from flashdraft.generate.config import GenerateConfig
 from flashdraft.generate.convo import Conversation, Renderer
 from flashdraft.generate.output import OutputError, OutputWriter, read_errors, written_ids
 from flashdraft.generate.progress import Progress, summary_lines
-from flashdraft.generate.sources import BadInput, Sample, load_source
+from flashdraft.generate.sources import BadInput, Sample, SourceError, load_source, source_locations
+from flashdraft.io import make_output_dir
 
 BAD_INPUT = ("malformed", "empty_conversation", "prompt_too_long")
 
@@ -131,16 +132,24 @@ GENERATION_FIELDS = ("target", "temperature", "top_p", "top_k", "max_tokens", "s
 
 
 def check_resume_config(cfg: GenerateConfig, out_dir: Path) -> None:
-    """Refuse to resume a folder written with other generation settings (records would be mixed)."""
+    """Refuse to resume a folder written with other generation settings (records would be mixed), or with a
+    source name that stood for another file (its record ids would match rows they are not)."""
     mf = out_dir / "manifest.json"
     if not (cfg.resume and mf.exists()):
         return
-    old = json.loads(mf.read_text()).get("config", {})
+    manifest = json.loads(mf.read_text())
+    old = manifest.get("config", {})
     new = cfg.model_dump(mode="json")
     diff = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in GENERATION_FIELDS if k in old and old[k] != new[k]]
     if diff:
         raise OutputError(f"output {out_dir} was written with other generation settings ({'; '.join(diff)}); "
                           "resume with the same settings or choose another --output")
+    was = manifest.get("source_locations", {})
+    for name, loc in source_locations(cfg.sources).items():
+        if name in was and was[name] != loc:
+            raise OutputError(f"source name {name!r} stood for {was[name]} in output {out_dir}, now for {loc} (record "
+                              f"ids are {name}:<row id>); give this source another name ({name}2={loc}) or choose "
+                              "another --output")
 
 
 class Runner:
@@ -156,6 +165,7 @@ class Runner:
         self.renderer = Renderer(self.tokenizer, cfg.chat_template == "auto", cfg.thinking, self.eos)
         self._backend = backend
         self.stats: Counter = Counter()
+        self.source_locations: dict[str, str] = {}
 
     def run(self) -> dict:
         cfg, out_dir = self.cfg, Path(self.cfg.output)
@@ -165,7 +175,14 @@ class Runner:
             raise OutputError(f"output {out_dir} already holds {len(done)} records; pass --resume to continue it "
                               "or choose another --output")
         check_resume_config(cfg, out_dir)
+        was = json.loads((out_dir / "manifest.json").read_text()).get("source_locations", {}) \
+            if (out_dir / "manifest.json").is_file() else {}
+        self.source_locations = {**was, **source_locations(cfg.sources)}  # every source this folder took rows from
         known_bad = {e["id"] for e in read_errors(out_dir) if e.get("reason") in BAD_INPUT} if out_dir.exists() else set()
+        for spec in cfg.sources:
+            if next(iter(load_source(spec, 1, cfg.include_heldout)), None) is None:
+                raise SourceError(f"prompt source {spec} holds no rows; pass a non-empty file (JSONL, JSON or Parquet "
+                                  "rows with a prompt or messages) or drop it")
         count_stats: Counter = Counter()
         total = sum(1 for it in select(cfg, self.worker, self.num_workers, done, count_stats) if isinstance(it, Sample))
         self.stats["skipped_done"] = count_stats["skipped_done"]
@@ -174,6 +191,7 @@ class Runner:
         backend = self._backend or make_backend(cfg, self.path, self.tokenizer, self.eos)
         ctx = context_window(cfg, self.path, backend)
         t0 = time.monotonic()
+        self._manifest(writer, 0.0, total, final=False)  # on disk before the first record: a kill leaves both
         progress = Progress(total, enabled=cfg.progress and self.worker == 0 and self.num_workers == 1)
         try:
             items = select(cfg, self.worker, self.num_workers, done, Counter())
@@ -201,9 +219,9 @@ class Runner:
                     self.stats["prompt_tokens"] += len(rec["token_ids"]) - n_resp
                     self.stats["rerendered"] += int(c.rerendered)
                     writer.add(rec)
+                writer.flush()  # a kill loses at most the chunk in flight
                 progress.update(len(convs), self.stats["response_tokens"])
                 self._manifest(writer, time.monotonic() - t0, total, final=False)
-            writer.flush()
         finally:
             progress.close()
             backend.close() if self._backend is None else None
@@ -213,6 +231,7 @@ class Runner:
         s = self.stats
         m = {
             "config": self.cfg.model_dump(mode="json"),
+            "source_locations": self.source_locations,
             "worker": self.worker, "num_workers": self.num_workers, "finished": final, "selected": total,
             "counts": {k: v for k, v in sorted(s.items()) if "tokens" not in k},
             "tokens": {"prompt": s["prompt_tokens"], "response": s["response_tokens"]},
@@ -232,7 +251,8 @@ def merge_manifests(cfg: GenerateConfig, parts: list[dict], elapsed: float) -> d
         counts.update(p["counts"])
         tokens.update(p["tokens"])
     return {
-        "config": cfg.model_dump(mode="json"), "num_workers": len(parts), "finished": all(p["finished"] for p in parts),
+        "config": cfg.model_dump(mode="json"), "source_locations": parts[0].get("source_locations", {}) if parts else {},
+        "num_workers": len(parts), "finished": all(p["finished"] for p in parts),
         "selected": sum(p["selected"] for p in parts), "counts": dict(counts), "tokens": dict(tokens),
         "elapsed_s": round(elapsed, 3),
         "throughput": {"prompts_per_s": round(counts["done"] / elapsed, 4) if elapsed else 0.0,
@@ -249,7 +269,7 @@ def run_parallel(cfg: GenerateConfig) -> dict:
     n, tp = cfg.data_parallel, cfg.tensor_parallel
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = visible.split(",") if visible else [str(i) for i in range(n * tp)]
-    Path(cfg.output).mkdir(parents=True, exist_ok=True)
+    make_output_dir(cfg.output, "--output")
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=cfg.output, prefix=".config-", delete=False) as f:
         cfg_path = f.name
     cfg.model_copy(update={"resume": True}).save(cfg_path)  # checked above; workers must not race on it

@@ -107,6 +107,16 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return (spec if spec in BUILTIN else Path(spec.rstrip("/")).stem), spec
 
 
+def source_locations(specs: list[str]) -> dict[str, str]:
+    """Source name -> where its rows come from (a built-in name, or the absolute path): record ids are
+    ``<name>:<row id>``, so one output folder must never take one name from two places."""
+    out = {}
+    for spec in specs:
+        name, loc = parse_spec(spec)
+        out[name] = loc if loc in BUILTIN else str(Path(loc).resolve())
+    return out
+
+
 def _place(where: records.Where | str) -> str:
     if isinstance(where, records.Where):
         return f"line {where.line}" if where.line is not None else f"row {where.row}"

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from flashdraft.errors import exit_on_error
-from flashdraft.io import atomic_write_text
+from flashdraft.io import atomic_write_text, check_not_input, check_output_dir
 from flashdraft.mix.config import MixConfig
 from flashdraft.mix.domains import MixError, format_mix, parse_mix
 from flashdraft.mix.methods import make_classifier
@@ -70,6 +70,8 @@ def report(
 
     with exit_on_error():
         cfg = _config(config, set_, labels, method, model, workers, examples=examples, seed=seed)
+        check_not_input(out, [data])
+        check_output_dir(out)  # before classifying: a bad --out is named at once
         comp = compose_path(data, _classifier(cfg), cfg.examples, cfg.seed, cfg.batch_size, cfg.source_field,
                             cfg.workers)
         paths = write_report(comp, out, data.name, chart=chart)

@@ -270,7 +270,9 @@ class LearnedClassifier:
         try:
             with np.load(p) as z:
                 head = json.loads(str(z["header"]))
-                return cls(head["classes"], head["names"], z["w"], z["b"], z["scale"], meta=head.get("meta"), **kw)
+                parts = head["classes"], head["names"], z["w"], z["b"], z["scale"], head.get("meta")
         except (KeyError, ValueError, OSError) as e:
             raise MixError(f"{p} is not a learned head saved by flashdraft ({e}); rebuild it with "
                            "experiments/mix_lofo.py --save") from None
+        classes, names, w, b, scale, meta = parts
+        return cls(classes, names, w, b, scale, meta=meta, **kw)  # a label set that misses the head: its own MixError

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flashdraft.io import atomic_path
+from flashdraft.io import atomic_path, check_not_input, check_output_file
 from flashdraft.mix.classify import classify_stream
 from flashdraft.mix.domains import MixError
 from flashdraft.mix.records import iter_rows, iter_samples
@@ -93,6 +93,8 @@ def rebalance(path: str | Path, out: str | Path, classifier, target: dict[str, f
     out = Path(out)
     if not out.name.endswith((".jsonl", ".parquet")):
         raise MixError(f"output {out} must end in .jsonl or .parquet")
+    check_not_input(out, [path])
+    check_output_file(out)
     if max_repeat < 1:
         raise MixError(f"--max-repeat must be >= 1 (1 = no up-sampling), got {max_repeat}")
     labels = tuple(classifier.labels)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flashdraft.io import atomic_write_bytes, atomic_write_text
+from flashdraft.io import atomic_write_bytes, atomic_write_text, make_output_dir
 from flashdraft.mix.classify import classify_stream
 from flashdraft.mix.domains import MixError
 from flashdraft.mix.records import Sample, iter_samples
@@ -61,6 +61,7 @@ class Composition:
     by_source: dict[str, dict[str, Tally]] = field(default_factory=dict)
     examples: dict[str, list[dict]] = field(default_factory=dict)
     total: int = 0
+    unclassifiable: int = 0  # rows with too little text to classify (labelled "other" by the rule too_little_text)
     exact_tokens: bool = True
     method: str = "rules"
     quality: dict | None = None  # the classifier's measured accuracy and confusion (flashdraft.mix.correct)
@@ -84,7 +85,7 @@ class Composition:
     def to_json(self) -> dict:
         q = {k: v for k, v in (self.quality or {}).items() if k != "confusion"} or None
         return {
-            "total": self.total, "labels": list(self.labels), "method": self.method,
+            "total": self.total, "unclassifiable": self.unclassifiable, "labels": list(self.labels), "method": self.method,
             "classifier": q, "corrected_shares": self.corrected(),
             "tokens": "token_ids" if self.exact_tokens else "estimated (words + punctuation; rows had no token_ids)",
             "domains": {d: self.by_domain.get(d, Tally()).as_dict(self.total) for d in self.labels},
@@ -106,6 +107,7 @@ def compose(batches: Iterable[list[Sample]], classifier, examples: int = 5, seed
         for s, lab in zip(batch, labels):
             d = lab.domain
             comp.total += 1
+            comp.unclassifiable += lab.rule == "too_little_text"
             comp.exact_tokens &= s.n_tokens is not None
             comp.by_domain.setdefault(d, Tally()).add(s)
             comp.by_source.setdefault(s.source, {}).setdefault(d, Tally()).add(s)
@@ -129,6 +131,9 @@ def compose_path(path: str | Path, classifier, examples: int = 5, seed: int = 0,
     comp = compose(iter_samples(path, batch_size, source_field), classifier, examples, seed, workers)
     if comp.total == 0:
         raise MixError(f"{path} holds no samples; point at a non-empty JSONL/Parquet file or dataset")
+    if comp.unclassifiable == comp.total:
+        raise MixError(f"no classifiable rows in {path}: all {comp.total:,} are empty or too short to classify, so "
+                       "there are no shares to report; pass data whose rows carry prompt or response text")
     return comp
 
 
@@ -167,7 +172,9 @@ def render_markdown(comp: Composition, data_name: str, chart_name: str | None) -
     """The report as markdown: per-domain table, per-source table, examples to check by hand."""
     j = comp.to_json()
     lines = [f"# Data mix report: {data_name}", "",
-             f"{comp.total:,} samples, classifier `{comp.method}`, tokens: {j['tokens']}.", ""]
+             f"{comp.total:,} samples, classifier `{comp.method}`, tokens: {j['tokens']}."
+             + (f" {comp.unclassifiable:,} rows were too short to classify (counted as `other`)."
+                if comp.unclassifiable else ""), ""]
     if chart_name:
         lines += [f"![domain mix]({chart_name})", ""]
     lines += ["## Per domain", "", "| domain | count | share | tokens | mean response tokens | mean response chars |",
@@ -219,7 +226,7 @@ def _quality_lines(j: dict) -> list[str]:
 def write_report(comp: Composition, out_dir: Path, data_name: str, chart: bool = True) -> dict[str, Path]:
     """Write report.md, report.json, mix.png and examples.jsonl into ``out_dir`` (each atomically)."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out_dir)
     paths = {"markdown": out_dir / "report.md", "json": out_dir / "report.json",
              "examples": out_dir / "examples.jsonl"}
     if chart:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Protocol, runtime_checkable
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from torch import nn
 
 from flashdraft.errors import FlashdraftError
@@ -186,27 +186,48 @@ def save_drafter_files(drafter, path: str | Path) -> Path:
     return path
 
 
+def read_safetensors(path: Path, error: type[Exception] = DrafterError) -> dict[str, torch.Tensor]:
+    """The tensors of one ``.safetensors`` file; a truncated or corrupt file is an ``error`` naming it."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as e:  # safetensors raises its own SafetensorError (and OSError) on a bad file
+        raise error(f"{path} is not a readable safetensors file ({str(e).splitlines()[0]}): it is truncated or "
+                    "corrupt; copy or export the drafter again") from None
+
+
 def read_drafter_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """Every *.safetensors tensor of a drafter folder, minus ``embed_tokens.weight``: served formats may ship
     the target's (pre-scaled) embedding table, while flashdraft always borrows the target's own module."""
-    from safetensors.torch import load_file
-
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:
         raise DrafterError(f"no .safetensors weights in {path}")
     state: dict[str, torch.Tensor] = {}
     for f in files:
-        state.update(load_file(str(f)))
+        state.update(read_safetensors(f))
     state.pop("embed_tokens.weight", None)
     return state
 
 
 def load_weights_exactly(drafter, state: dict[str, torch.Tensor], path: str | Path) -> None:
-    """Load ``state`` into ``drafter``, refusing missing or unexpected names (both listed)."""
+    """Load ``state`` into ``drafter``, refusing missing or unexpected names (both listed), shapes other than the
+    config makes (the first few listed) and non-finite values (NaN or inf: the drafter would propose garbage
+    while decoding stayed lossless, only slower)."""
     own = drafter.state_dict()
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     if missing or unexpected:
         raise DrafterError(f"weights in {path} do not match config.json: missing {missing[:8]}, unexpected {unexpected[:8]}")
+    wrong = [f"{k} {list(state[k].shape)} in the file, {list(v.shape)} from config.json" for k, v in own.items()
+             if tuple(state[k].shape) != tuple(v.shape)]
+    if wrong:
+        raise DrafterError(f"weights in {path} do not match its config.json: {'; '.join(wrong[:3])}; the config was "
+                           "edited or belongs to another drafter: restore the folder as it was written")
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise DrafterError(f"weights in {path} hold NaN or inf values ({', '.join(bad[:4])}"
+                           f"{' ...' if len(bad) > 4 else ''}); the run that wrote them diverged: use an earlier "
+                           "checkpoint or retrain with a lower learning rate")
     drafter.load_state_dict(state)
 
 
@@ -262,7 +283,16 @@ class DrafterFamily:
         p = Path(path) / "config.json"
         if not p.is_file():
             raise DrafterError(f"{p} not found; {cls.folder_kind} holds config.json and model.safetensors")
-        return cls.config_class.model_validate_json(p.read_text())
+        try:
+            return cls.config_class.model_validate_json(p.read_text())
+        except ValidationError as e:
+            errs = e.errors()
+            first = errs[0]
+            field = ".".join(map(str, first["loc"])) or "(the file)"
+            got = f" (found {first['input']!r})" if "input" in first and not isinstance(first["input"], dict) else ""
+            more = f"; {len(errs) - 1} more field(s) wrong" if len(errs) > 1 else ""
+            raise DrafterError(f"{p}: field {field}: {first['msg']}{got}{more}; fix the field or write the "
+                               "folder again (train, export or import)") from None
 
     @classmethod
     def file_state_names(cls, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -272,7 +302,10 @@ class DrafterFamily:
     @classmethod
     def from_pretrained(cls, path: str | Path, target: "Target | None" = None):
         """Load a drafter folder; with ``target``, check the fit, move to its device and dtype and bind it."""
-        drafter = cls(cls.load_config(path))
+        cfg = cls.load_config(path)
+        drafter = cls(cfg)
+        if target is not None:
+            drafter.check_fits(target)  # before the weights: a drafter for another target is named as such
         load_weights_exactly(drafter, cls.file_state_names(read_drafter_weights(path)), path)
         if target is not None:
             drafter.to(device=target.device, dtype=target.dtype).bind(target)

@@ -141,6 +141,11 @@ class Target:
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise TargetError(f"target {self.name} has no tokenizer; pass token ids instead of text")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # bytes that are not UTF-8 reach Python as lone surrogates
+            raise TargetError(f"the prompt is not valid UTF-8 (a byte that does not decode at character {e.start}); "
+                              "pass UTF-8 text") from None
         return with_bos(self.tokenizer, list(self.tokenizer(text, add_special_tokens=True)["input_ids"]))
 
     def decode(self, ids: list[int]) -> str:
@@ -182,8 +187,12 @@ def convert_gguf(gguf_path: Path, sha256: str | None = None) -> Path:
     out = cache_root() / "targets" / f"{gguf_path.stem}-{sha[:16]}"
     if (out / "config.json").is_file():
         return out
-    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    except (ValueError, KeyError, OSError, RuntimeError) as e:
+        raise TargetError(f"GGUF file {gguf_path} does not load as a causal LM ({str(e).splitlines()[0]}); pass a "
+                          "complete .gguf of a model architecture transformers reads") from None
     # Weights are de-quantized: drop the GGUF quantizer so the model saves (and vLLM loads) as plain HF.
     model.hf_quantizer = None
     model.is_quantized = False
@@ -232,10 +241,27 @@ def load_target(spec: str = EMBEDDED_TARGET, dtype: str = "float32", device: str
         raise TargetError(
             f"target {spec!r} is neither '{EMBEDDED_TARGET}', an existing folder or .gguf file, nor an HF id (org/name)"
         )
+    check_device(device)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype), attn_implementation="sdpa")
         tok = AutoTokenizer.from_pretrained(path)
     except OSError as e:
         raise TargetError(f"could not load target {spec!r} ({e}); without network pass a local folder or .gguf file") from e
+    except (ValueError, KeyError) as e:  # a folder that is not a model (no config.json model_type, unknown class)
+        raise TargetError(f"target {spec!r} is not a causal LM transformers loads ({str(e).splitlines()[0]}); pass a "
+                          "model folder (config.json + weights), a .gguf file or the embedded name") from None
     model.to(device)
     return wrap_model(model, tok, name=spec)
+
+
+def check_device(device: str) -> None:
+    """Refuse a device this torch build cannot use, naming what it has."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise TargetError(f"device {device!r} is not a torch device ({e}); use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise TargetError(f"device {device!r} asked for, but this torch ({torch.__version__}) sees no CUDA GPU; "
+                          "use --set device=cpu (or install a CUDA build of torch on a GPU machine)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise TargetError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s); pick an index below it")

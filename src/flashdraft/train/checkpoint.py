@@ -129,7 +129,31 @@ def load_checkpoint(path: str | Path, drafter, optimizer, scheduler) -> dict:
     except RuntimeError as e:
         raise TrainError(f"checkpoint {path} does not fit this drafter ({e}); resume with the same drafter shape") from None
     state = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+    except (KeyError, ValueError, TypeError) as e:  # another schedule (steps, epochs, warmup) or parameter set
+        raise TrainError(f"the optimizer or scheduler state in {path} does not fit this run ({type(e).__name__}: {e}); "
+                         "resume with the run's own max_steps, epochs and warmup, or start a new --out-dir with "
+                         f"--set init_from={path / 'drafter'}") from None
     set_rng_state(state["rng"])
     return state
+
+
+# train config field -> the drafter config attribute it shapes (a resumed drafter keeps its checkpoint's)
+SHAPE_FIELDS = {"num_layers": "num_hidden_layers", "block_size": "block_size", "draft_vocab_size": "draft_vocab_size",
+                "target_layer_ids": "target_layer_ids", "intermediate_size": "intermediate_size",
+                "mask_token_id": "mask_token_id"}
+
+
+def check_resume_shape(cfg, drafter_cfg, checkpoint: Path) -> None:
+    """Refuse a resume whose config sets a drafter shape other than the checkpoint's (the weights, optimizer
+    state and data position belong to that shape)."""
+    diff = []
+    for field, attr in SHAPE_FIELDS.items():
+        want, have = getattr(cfg, field), getattr(drafter_cfg, attr, None)
+        if field in cfg.model_fields_set and want is not None and have is not None and want != have:
+            diff.append(f"{field} {want} (checkpoint: {have})")
+    if diff:
+        raise TrainError(f"resuming {checkpoint} with another drafter shape: {', '.join(diff)}; resume with the "
+                         "checkpoint's shape (drop those settings) or train into a new --out")

@@ -34,7 +34,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from flashdraft.io import atomic_path, atomic_write_text
+from flashdraft.io import atomic_path, atomic_write_text, make_output_dir
 from flashdraft.models.target import Target
 from flashdraft.train.data import Example, collate
 from flashdraft.models.forward import target_pass
@@ -280,7 +280,7 @@ def write_features(
             )
     elif old is None and overwrite:
         _clear(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out)
     if old is None or old.get("key") != m["key"]:
         atomic_write_text(mpath, json.dumps(m, indent=1) + "\n")
     store_dtype = DTYPES[dtype]

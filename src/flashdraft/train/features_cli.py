@@ -53,6 +53,7 @@ def features(
     """Compute the target's features over the training data once and store them for training."""
     import torch
 
+    from flashdraft.io import check_output_dir
     from flashdraft.models.target import check_target_layer_ids, load_target
     from flashdraft.train.config import TrainConfig
     from flashdraft.train.data import load_examples
@@ -67,6 +68,7 @@ def features(
         cfg = TrainConfig.load(config, sets=set_, **flags)
         if not cfg.data:
             raise TrainError("no data: pass --data FILE (JSONL/Parquet records) or set data: in the --config YAML")
+        check_output_dir(out)  # before the target loads
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         tgt = load_target(cfg.target, dtype=target_dtype, device=dev)
         objective = objective_class(cfg.objective)

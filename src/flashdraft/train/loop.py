@@ -28,11 +28,11 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from flashdraft.io import atomic_write_text
+from flashdraft.io import atomic_write_text, check_output_dir, make_output_dir
 from flashdraft.models.drafter import Drafter, load_drafter
 from flashdraft.models.forward import target_pass
 from flashdraft.train.checkpoint import (
-    checkpoint_steps, load_checkpoint, prune_checkpoints, read_best, save_checkpoint, write_best,
+    check_resume_shape, checkpoint_steps, load_checkpoint, prune_checkpoints, read_best, save_checkpoint, write_best,
 )
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import DataStats, DataStream, Example, collate, load_examples
@@ -74,6 +74,7 @@ class Variant:
         objective = objective_class(cfg.objective)
         if self.resume_from is not None:  # the checkpoint's own drafter config wins (same shape)
             self.drafter = load_drafter(self.resume_from / "drafter", target)
+            check_resume_shape(cfg, self.drafter.cfg, self.resume_from)
         elif cfg.init_from:
             self.drafter = load_drafter(cfg.init_from, target)
             grow = getattr(self.drafter, "grow_layers", None)
@@ -124,6 +125,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, target=None, examples: list[Example] | None = None, eval_prompts=None):
         self.cfg = cfg
+        check_output_dir(cfg.out_dir, "--out-dir")  # a bad output path is named before the target loads
         self.role = role(cfg)  # (producer or trainer, the trainers' group and world); a collective
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -494,7 +496,7 @@ class Trainer:
         if self.role.is_producer:
             return self.serve(stop_after)
         cfg = self.cfg
-        self.out.mkdir(parents=True, exist_ok=True)
+        make_output_dir(self.out)
         if self.is_main:
             cfg.save(self.out / "config.yaml")
         self._trim_metrics()
