@@ -121,3 +121,20 @@ def test_hints_give_each_dflash_drafter_rows_per_mode(tiny, tmp_path):
     assert not any(v.startswith("e+hints") for v in both)
     with pytest.raises(BenchError, match="names a mode twice"):
         variants(tiny, {"g": d}, [4], hints=["none", "none"])
+
+
+def test_rows_keeps_ar_and_the_matching_rows_only(tiny, tmp_path):
+    from flashdraft.bench.decode_bench import select_rows
+
+    d = DFlashDrafter.for_target(tiny, num_layers=1, block_size=4, mask_token_id=MASK_ID, seed=3)
+    all_rows = variants(tiny, {"g": d}, [6], lookup={}, hints=["lookup", "none"])
+    kept = select_rows(all_rows, ["ngram", "*/dflash"])
+    assert set(kept) == {"ar", "ngram", "g+hints=lookup/dflash", "g+hints=none/dflash"}
+    with pytest.raises(BenchError, match="matches no row"):
+        select_rows(all_rows, ["*/medusa"])
+    res = run_decode_bench(tiny, {"g": d}, {"r": random_prompts(1, 8)}, budgets=[6], temperatures=[0.0],
+                           max_new_tokens=8, repeats=1, out_dir=tmp_path, log=lambda m: None, hints=["none"],
+                           rows=["*/dflash"])
+    assert set(res["sets"]["r@T=0"]) == {"ar", "g+hints=none/dflash"}
+    assert "| r@T=0 | g+hints=none/dflash |" in markdown_table(res)
+    decode_plots(res, tmp_path)

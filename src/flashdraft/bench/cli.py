@@ -52,6 +52,7 @@ def decode(
     lookup_max: Optional[int] = typer.Option(None, "--lookup-max", help="Prompt lookup's longest n-gram match (default 3)."),
     sizing: Optional[str] = typer.Option(None, help="DDTree sizings, comma-separated: fixed (default), cost (rows @b+cost: the tree cut to what pays on this machine)."),
     hints: Optional[str] = typer.Option(None, help="DFlash block hints, comma-separated: lookup, none (MASK, as other engines draft); several give each drafter rows per mode (<drafter>+hints=none/...); default: each drafter's own."),
+    rows: Optional[str] = typer.Option(None, help="Only the rows matching these comma-separated shell patterns, e.g. ngram,*/dflash,*/ddtree@32+cost (AR always runs)."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Default runs/bench_decode."),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     sets: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
@@ -72,7 +73,8 @@ def decode(
                   temperatures=[float(t) for t in temperatures.split(",")] if temperatures else None,
                   max_new_tokens=max_new_tokens, repeats=repeats, dtype=dtype, threads=threads, ngram=ngram,
                   lookup_min=lookup_min, lookup_max=lookup_max, sizing=sizing.split(",") if sizing else None,
-                  hints=hints.split(",") if hints else None, out=str(out) if out else None)
+                  hints=hints.split(",") if hints else None, rows=rows.split(",") if rows else None,
+                  out=str(out) if out else None)
     out = Path(cfg.out)
     torch.set_num_threads(cfg.threads)
     try:
@@ -84,7 +86,7 @@ def decode(
         res = run_decode_bench(tgt, drafters, sets_, cfg.budgets, cfg.temperatures, cfg.max_new_tokens, cfg.repeats, out,
                                log=lambda m: console.print(m, markup=False, highlight=False), ngram=cfg.ngram,
                                lookup=dict(lookup_min=cfg.lookup_min, lookup_max=cfg.lookup_max), sizings=cfg.sizing,
-                               hints=cfg.hints)
+                               hints=cfg.hints, rows=cfg.rows)
     except (BenchError, DecodeError, DrafterError, OutputPathError, TargetError) as e:
         fail(e)
     md = markdown_table(res)

@@ -34,6 +34,8 @@ class BenchDecodeConfig(Section):
     hints: list[Literal["lookup", "none"]] | None = Field(
         None, description="DFlash drafters' block hints to run: lookup, none (MASK, what other engines fill); several "
         "give each drafter one set of rows per mode (<drafter>+hints=none/...); default: each drafter's own")
+    rows: list[str] | None = Field(None, description="run only the rows whose names match these shell patterns "
+                                   "(e.g. ngram, */dflash, */ddtree@32+cost); AR always runs")
     out: str = "runs/bench_decode"
 
 

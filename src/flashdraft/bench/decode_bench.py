@@ -21,6 +21,7 @@ run keeps what it measured.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import statistics
 from pathlib import Path
@@ -205,6 +206,17 @@ def variants(target, drafters: dict, budgets: list[int], ngram: bool = True, loo
     return out
 
 
+def select_rows(decs: dict, patterns: list[str] | None) -> dict:
+    """The variants whose names match one of ``patterns`` (shell patterns: ``ngram``, ``*/dflash``,
+    ``*/ddtree@32+cost``), AR always (every speedup is over it); a pattern that matches no row is an error."""
+    if not patterns:
+        return decs
+    for p in patterns:
+        if not fnmatch.filter(decs, p):
+            raise BenchError(f"--rows {p!r} matches no row; the rows are: {', '.join(decs)}")
+    return {v: d for v, d in decs.items() if v == "ar" or any(fnmatch.fnmatch(v, p) for p in patterns)}
+
+
 def tpot(stats) -> float:
     """Seconds per output token after the first (the first comes from the prefill)."""
     return stats.decode_seconds / (stats.new_tokens - 1) if stats.new_tokens > 1 else float("nan")
@@ -234,11 +246,13 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
                      temperatures: list[float], max_new_tokens: int, repeats: int, out_dir: Path,
                      warmup: bool = True, seed: int = 0, log=print, ngram: bool = True,
                      lookup: dict | None = None, sizings: list[str] | None = None,
-                     hints: list[str] | None = None) -> dict:
-    """Run the sweep; write ``out_dir/results.json`` after each prompt; return the final results."""
+                     hints: list[str] | None = None, rows: list[str] | None = None) -> dict:
+    """Run the sweep; write ``out_dir/results.json`` after each prompt; return the final results. ``rows``: run
+    only the variants whose names match one of these shell patterns (:func:`select_rows`)."""
     out_dir = Path(out_dir)
     make_output_dir(out_dir)
-    decs = variants(target, drafters, budgets, ngram=ngram, lookup=lookup, sizings=sizings, hints=hints)
+    decs = select_rows(variants(target, drafters, budgets, ngram=ngram, lookup=lookup, sizings=sizings, hints=hints),
+                       rows)
     results = dict(target=target.name, drafters={k: dict(zip(("chain", "tree"), decode_methods(d)),
                                                          block_size=d.max_depth + 1, **o)
                                                  for k, d, o in drafter_rows(drafters, hints)},
