@@ -88,7 +88,7 @@ def test_prompt_sets(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"text": "x"}\n')
     with pytest.raises(BenchError, match="no string 'prompt' field"):
         load_prompt_set(str(tmp_path / "bad.jsonl"))
-    with pytest.raises(BenchError, match="neither 'humaneval' nor an existing JSONL"):
+    with pytest.raises(BenchError, match="neither a named set .*code-test.*'humaneval', nor an existing JSONL"):
         load_prompt_set(str(tmp_path / "missing.jsonl"))
 
 

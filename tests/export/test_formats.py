@@ -272,3 +272,23 @@ def test_serve_bench_reads_real_vllm_metrics(tmp_path):
             if line.startswith(f"vllm:spec_decode_{k}_total{{"):
                 want[k] = float(line.rsplit(" ", 1)[1])
     assert got == want and set(want) == {"num_drafts", "num_draft_tokens", "num_accepted_tokens"}
+
+
+def test_exported_files_name_no_folder_of_this_machines_cache(tmp_path, qwen, monkeypatch):
+    """A target given as a folder of flashdraft's cache (where .gguf and embedded targets are converted) is named
+    by its folder's name in the files, with a note; a name as the user gave it (an HF id) is kept."""
+    from flashdraft.models.target import cache_root, portable_target_name
+
+    monkeypatch.setenv("FLASHDRAFT_CACHE", str(tmp_path / "cache"))
+    local = cache_root() / "targets" / "my-model-0123456789abcdef"
+    local.mkdir(parents=True)
+    assert portable_target_name("org/model") == ("org/model", None)
+    name, note = portable_target_name(str(local))
+    assert name == "my-model-0123456789abcdef" and "flashdraft cache" in note
+    src = make_drafter(tmp_path, qwen)
+    rep = export_drafter(src, "speculators", tmp_path / "spec", qwen, str(local))
+    text = "".join(p.read_text() for p in (rep.out / "config.json", rep.out / "flashdraft_export.json"))
+    assert str(cache_root()) not in text and "my-model-0123456789abcdef" in text
+    assert any("flashdraft cache" in n for n in rep.notes)
+    rep = export_drafter(src, "speculators", tmp_path / "spec2", qwen, "org/model")
+    assert json.loads((rep.out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == "org/model"

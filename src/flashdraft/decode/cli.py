@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 
 from flashdraft.config import ConfigError
-from flashdraft.errors import fail
 from flashdraft.decode import DECODERS, DecodeError
 from flashdraft.decode.base import unused_settings
 from flashdraft.decode.config import DecodeConfig
+from flashdraft.errors import fail, warn
 from flashdraft.models.drafter import DrafterError, drafter_families
 from flashdraft.models.target import TargetError
 
@@ -55,8 +55,7 @@ def decode(
         )
         ignored = unused_settings(cfg.method, cfg.model_fields_set & SETTINGS)
         if ignored:
-            typer.echo(f"warning: --method {cfg.method} ignores " + ", ".join("--" + n.replace("_", "-") for n in ignored),
-                       err=True)
+            warn(f"--method {cfg.method} ignores " + ", ".join("--" + n.replace("_", "-") for n in ignored))
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         d = load_drafter(cfg.drafter, tgt) if cfg.drafter else None
         options = {k: getattr(cfg, k) for k in DECODERS[cfg.method].OPTIONS if k in DecodeConfig.model_fields}

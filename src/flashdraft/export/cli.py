@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from flashdraft.errors import FlashdraftError, fail
+from flashdraft.errors import FlashdraftError, fail, warn
 
 console = Console()
 CONFIG = typer.Option(None, "--config", help="YAML with this command's fields (flags override it)")
@@ -32,7 +32,7 @@ def export(
     target: Optional[str] = typer.Option(None, help="Target spec (embedded name, .gguf, HF folder or id; "
                                          "default gemma-3-270m)."),
     target_ref: Optional[str] = typer.Option(None, help="Target name written into the files and commands "
-                                             "(default: the resolved target folder)."),
+                                             "(default: --target as given; never a folder of flashdraft's cache)."),
     modeling_file: Optional[Path] = typer.Option(None, help="z-lab's dflash.py to place next to the weights "
                                                  "(for AutoModel trust_remote_code)."),
     dtype: Optional[str] = typer.Option(None, help="dtype the server runs (a shipped embedding table is made in it; "
@@ -51,7 +51,7 @@ def export(
                                 target_ref=target_ref, modeling_file=_str(modeling_file), dtype=dtype,
                                 overwrite=overwrite)
         tgt = load_target(cfg.target)
-        ref = cfg.target_ref or resolve_target_path(cfg.target)
+        ref = cfg.target_ref or cfg.target  # the files name the target as given; the commands need a local path
         rep = export_drafter(Path(cfg.drafter), cfg.to, Path(cfg.out), tgt, ref,
                              Path(cfg.modeling_file) if cfg.modeling_file else None, cfg.dtype, cfg.overwrite)
     except FlashdraftError as e:
@@ -59,7 +59,7 @@ def export(
     _say(f"wrote {rep.out} ({rep.format})")
     for n in rep.notes:
         _say(f"  - {n}")
-    for name, cmd in serve_commands(rep.out, ref, rep.quirks.family).items():
+    for name, cmd in serve_commands(rep.out, cfg.target_ref or resolve_target_path(cfg.target), rep.quirks.family).items():
         _say(f"{name}: {cmd}")
 
 
@@ -113,6 +113,6 @@ def serve_cmd(
     except FlashdraftError as e:
         fail(e)
     for w in serve_warnings(Path(cfg.drafter)):
-        typer.echo(f"warning: {w}", err=True)
+        warn(w)
     for name, cmd in serve_commands(Path(cfg.drafter), cfg.target, cfg.family, cfg.port).items():
         _say(f"{name}: {cmd}")

@@ -16,7 +16,7 @@ class ExportConfig(Section):
     overwrite: bool = Field(False, description="write into an existing folder that holds files export did not write")
     target: str = Field("gemma-3-270m", description="target spec (embedded name, .gguf, HF folder or id)")
     target_ref: str | None = Field(None, description="target name written into the files and commands "
-                                   "(default: the resolved target folder)")
+                                   "(default: the target as given; never a folder of flashdraft's cache)")
     modeling_file: str | None = Field(None, description="z-lab's dflash.py to place next to the weights")
     dtype: str | None = Field(None, description="dtype the server runs (default: the drafter's)")
 

@@ -27,7 +27,7 @@ from flashdraft.export.quirks import TargetQuirks, measure_quirks, served_embedd
 from flashdraft.io import atomic_replace_dir, check_publish_dir
 from flashdraft.models.dflash import DFlashConfig, DFlashDrafter
 from flashdraft.models.drafter import DrafterError, drafter_architecture, load_drafter, read_safetensors
-from flashdraft.models.target import Target
+from flashdraft.models.target import Target, portable_target_name
 
 MANIFEST = "flashdraft_export.json"
 # config.json architectures[0] -> exporter registry key (a family module adds its own entry)
@@ -268,7 +268,7 @@ class ExportReport:
 
 def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Target, target_ref: str | None = None,
                    modeling_file: str | Path | None = None, serve_dtype: str | None = None,
-                 overwrite: bool = False) -> ExportReport:
+                   overwrite: bool = False) -> ExportReport:
     """Write the drafter folder ``src_dir`` in format ``fmt`` to ``out`` (atomically) for ``target``;
     ``serve_dtype`` (default: the drafter's own dtype) is the dtype a shipped embedding table is made in.
     ``out`` follows :func:`~flashdraft.io.check_publish_dir` (``overwrite`` to write into another's folder).
@@ -299,8 +299,9 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
     except ValueError as e:
         raise ExportError(f"drafter {src_dir} does not fit target {target.name}: {e}") from None
     quirks = measure_quirks(target)
-    files = exporter.build(src, quirks, target, target_ref or target.name)
-    notes = quirks.notes + files.notes
+    target_ref, renamed = portable_target_name(target_ref or target.name)
+    files = exporter.build(src, quirks, target, target_ref)
+    notes = quirks.notes + files.notes + ([renamed] if renamed else [])
     if getattr(src.config, "block_hints", None):
         notes.append(f"block_hints {src.config.block_hints!r} dropped: {fmt} fills the draft slots with MASK, where this "
                      "drafter accepts what `flashdraft decode --hints none` measures, not what it does with hints")
@@ -312,7 +313,7 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
         save_file(files.tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if modeling_file is not None:
             shutil.copyfile(modeling_file, tmp / "dflash.py")
-        manifest = dict(format=fmt, architecture=arch, source=str(src.path), target=target_ref or target.name,
+        manifest = dict(format=fmt, architecture=arch, source=str(src.path), target=target_ref,
                         quirks=quirks.to_dict(), notes=notes)
         if files.speculative_config is not None:
             manifest["speculative_config"] = files.speculative_config

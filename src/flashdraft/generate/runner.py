@@ -131,12 +131,13 @@ GENERATION_FIELDS = ("target", "temperature", "top_p", "top_k", "max_tokens", "s
                      "thinking", "chat_template", "max_turns")
 
 
-def check_resume_config(cfg: GenerateConfig, out_dir: Path) -> None:
+def check_resume_config(cfg: GenerateConfig, out_dir: Path) -> dict[str, str]:
     """Refuse to resume a folder written with other generation settings (records would be mixed), or with a
-    source name that stood for another file (its record ids would match rows they are not)."""
+    source name that stood for another file (its record ids would match rows they are not); return the source
+    locations the folder took rows from before ({} for a new one)."""
     mf = out_dir / "manifest.json"
     if not (cfg.resume and mf.exists()):
-        return
+        return {}
     manifest = json.loads(mf.read_text())
     old = manifest.get("config", {})
     new = cfg.model_dump(mode="json")
@@ -150,6 +151,7 @@ def check_resume_config(cfg: GenerateConfig, out_dir: Path) -> None:
             raise OutputError(f"source name {name!r} stood for {was[name]} in output {out_dir}, now for {loc} (record "
                               f"ids are {name}:<row id>); give this source another name ({name}2={loc}) or choose "
                               "another --output")
+    return was
 
 
 class Runner:
@@ -174,9 +176,7 @@ class Runner:
         if done and not cfg.resume and self.worker == 0:
             raise OutputError(f"output {out_dir} already holds {len(done)} records; pass --resume to continue it "
                               "or choose another --output")
-        check_resume_config(cfg, out_dir)
-        was = json.loads((out_dir / "manifest.json").read_text()).get("source_locations", {}) \
-            if (out_dir / "manifest.json").is_file() else {}
+        was = check_resume_config(cfg, out_dir)
         self.source_locations = {**was, **source_locations(cfg.sources)}  # every source this folder took rows from
         known_bad = {e["id"] for e in read_errors(out_dir) if e.get("reason") in BAD_INPUT} if out_dir.exists() else set()
         for spec in cfg.sources:

