@@ -138,3 +138,23 @@ def test_rows_keeps_ar_and_the_matching_rows_only(tiny, tmp_path):
     assert set(res["sets"]["r@T=0"]) == {"ar", "g+hints=none/dflash"}
     assert "| r@T=0 | g+hints=none/dflash |" in markdown_table(res)
     decode_plots(res, tmp_path)
+
+
+def test_draft_vocabulary_coverage_by_hand(tiny, tmp_path):
+    """Coverage of a tiny corpus worked out by hand, then the bench's own figure for a reduced-vocabulary drafter."""
+    import torch
+
+    from flashdraft.models.draft_vocab import vocab_coverage
+
+    t2d = torch.tensor([True, False, True, True])
+    c = vocab_coverage(t2d, [[0, 2, 1, 3], [3, 3]], max_run=3)
+    # 5 of 6 tokens inside; runs of 2: (0,2) (2,1) (1,3) (3,3) -> 2 of 4; runs of 3: (0,2,1) (2,1,3) -> 0 of 2
+    assert c["tokens"] == 6 and c["share"] == 5 / 6 and c["runs"] == [5 / 6, 0.5, 0.0]
+    ids = torch.arange(0, 40)
+    d = DFlashDrafter.for_target(tiny, num_layers=1, block_size=4, mask_token_id=MASK_ID, seed=3, draft_vocab=ids)
+    res = run_decode_bench(tiny, {"g": d}, {"r": random_prompts(2, 8)}, budgets=[4], temperatures=[0.0],
+                           max_new_tokens=10, repeats=1, out_dir=tmp_path, log=lambda m: None, ngram=False,
+                           rows=["*/dflash"])
+    cov = res["vocab_coverage"]["r@T=0"]["g"]
+    assert cov["tokens"] == 20 and len(cov["runs"]) == 3 and cov["runs"][0] == cov["share"]
+    assert "draft vocabulary holds" in markdown_table(res)

@@ -26,11 +26,14 @@ import json
 import statistics
 from pathlib import Path
 
+import torch
+
 from flashdraft.decode.base import DECODERS, STAGES, build_decoder
 from flashdraft.decode.speculative import DDTreeDecoder, DFlashDecoder
 from flashdraft.decode.tree import argmax_chain
 from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_write_text, make_output_dir
+from flashdraft.models.draft_vocab import vocab_coverage
 from flashdraft.records import RecordError, iter_rows
 
 
@@ -273,12 +276,14 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
                     dec.spine_rows.clear()  # warm-up rounds and other temperatures excluded
             key = f"{set_name}@T={temp:g}"
             raw[key] = {v: [] for v in decs}
+            ar_outputs = []
             for i, ids in enumerate(prompts):
                 runs = {v: [] for v in decs}
                 for rep in range(repeats):
                     for v, dec in decs.items():  # interleaved: every variant sees the same machine state
                         runs[v].append(dec.generate(ids, max_new_tokens, temp, seed + rep))
                 ar_tokens = runs["ar"][0].tokens
+                ar_outputs.append(ar_tokens)
                 for v, gens in runs.items():
                     med = sorted(gens, key=lambda g: tpot(g.stats))[len(gens) // 2]
                     stage = {s: sum(g.stats.stage_seconds[s] for g in gens) for s in STAGES}
@@ -293,6 +298,9 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
                 atomic_write_text(out_dir / "results.json", json.dumps(results, indent=1))
                 log(f"[{key}] prompt {i + 1}/{len(prompts)} done "
                     f"(ar tpot {1e3 * raw[key]['ar'][-1]['tpot']:.1f} ms)")
+            results.setdefault("vocab_coverage", {})[key] = {  # what each draft vocabulary can propose of AR's output
+                n: vocab_coverage(d.t2d.cpu(), ar_outputs, d.max_depth) for n, d in drafters.items()
+                if isinstance(getattr(d, "t2d", None), torch.Tensor)}
     costs = next((d._costs for d in decs.values() if getattr(d, "_costs", None)), None)
     if costs:  # what the +cost rows sized their trees by: body ms for 1 .. n tokens, LM-head ms for 1 .. r rows
         results["verify_cost_ms"] = {"body": [round(1e3 * c, 2) for c in costs.body[1:]],
@@ -342,4 +350,9 @@ def markdown_table(results: dict) -> str:
                 acc = " ".join(f"{a:.2f}" for a in s["per_position_acceptance"])
                 hist = " ".join(f"{k}:{n}" for k, n in s["tau_histogram"].items())
                 lines.append(f"- {key} {v}: per-position acceptance [{acc}]; tau histogram {hist}")
+    for key, per in results.get("vocab_coverage", {}).items():
+        for d, c in per.items():
+            runs = ", ".join(f"{k}: {c['runs'][k - 1]:.2f}" for k in (1, 2, 4, 8, 16) if k <= len(c["runs"]))
+            lines.append(f"- {key} {d}: its draft vocabulary holds {c['share']:.1%} of AR's {c['tokens']} output tokens; "
+                         f"runs of k tokens wholly inside it (k: share) {runs}")
     return "\n".join(lines) + "\n"

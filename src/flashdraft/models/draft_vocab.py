@@ -21,6 +21,23 @@ def top_token_ids(primary: torch.Tensor, secondary: torch.Tensor, size: int) -> 
     return torch.argsort(-key, stable=True)[:size].sort().values
 
 
+def vocab_coverage(t2d: torch.Tensor, sequences: list[list[int]], max_run: int) -> dict:
+    """How much of ``sequences`` (target token ids, e.g. the target's own outputs) a draft vocabulary ``t2d``
+    [V] (bool) can propose: ``share``, the fraction of tokens inside it, and ``runs[k - 1]``, the fraction of
+    runs of k consecutive tokens (k = 1 .. max_run) that lie inside it whole: a cap on how often a drafted
+    chain can be accepted k deep, whatever the drafter learns."""
+    inside = [t2d[torch.as_tensor(s, dtype=torch.long)].tolist() if s else [] for s in sequences]
+    tokens = sum(len(x) for x in inside)
+    runs = []
+    for k in range(1, max_run + 1):
+        windows = whole = 0
+        for x in inside:
+            windows += max(len(x) - k + 1, 0)
+            whole += sum(all(x[i:i + k]) for i in range(len(x) - k + 1))
+        runs.append(whole / windows if windows else float("nan"))
+    return {"tokens": tokens, "share": sum(sum(x) for x in inside) / tokens if tokens else float("nan"), "runs": runs}
+
+
 class DraftVocab:
     """The draft vocabulary of ``owner``: buffers ``owner.d2t`` [size] and ``owner.t2d`` [vocab_size]."""
 
