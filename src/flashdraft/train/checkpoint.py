@@ -156,4 +156,4 @@ def check_resume_shape(cfg, drafter_cfg, checkpoint: Path) -> None:
             diff.append(f"{field} {want} (checkpoint: {have})")
     if diff:
         raise TrainError(f"resuming {checkpoint} with another drafter shape: {', '.join(diff)}; resume with the "
-                         "checkpoint's shape (drop those settings) or train into a new --out")
+                         "checkpoint's shape (drop those settings) or train into a new --out-dir")
