@@ -10,6 +10,7 @@ auxiliary hidden states EAGLE-3 needs), in ``--dtype`` (bf16 as served; fp32 tak
 vLLM's kernels and HF's out of the comparison). flashdraft's chain runs on the same target in the same dtype.
 
     python experiments/export_vllm_check.py assets/gemma-3-270m-eagle3 --limit 8 --max-tokens 48
+    python experiments/export_vllm_check.py assets/gemma-3-270m-dflash --prompts math-test --limit 16 --max-tokens 128
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 
 from flashdraft.bench.decode_bench import decode_methods, load_prompt_set
-from flashdraft.decode import build_decoder
+from flashdraft.decode import DECODERS, build_decoder
 from flashdraft.export.formats import MANIFEST, export_drafter
 from flashdraft.models.drafter import load_drafter
 from flashdraft.models.target import embedded_target_dir, load_target
@@ -41,14 +42,16 @@ def same_prefix(a: list[int], b: list[int]) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("drafter", help="a flashdraft drafter folder (DFlash or EAGLE-3)")
-    ap.add_argument("--limit", type=int, default=8, help="the first N HumanEval prompts, as bench decode reads them")
+    ap.add_argument("--prompts", default="humaneval", help="a prompt set as bench decode reads it (humaneval, code-test, "
+                    "math-test, chat-test, multilingual-test, a JSONL file)")
+    ap.add_argument("--limit", type=int, default=8, help="the first N prompts of the set, as bench decode reads them")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="the target's dtype in both engines")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     target = load_target("gemma-3-270m", dtype=a.dtype)
-    prompts = [target.encode(p) for p in load_prompt_set("humaneval", a.limit)[1]]
+    prompts = [target.encode(p) for p in load_prompt_set(a.prompts, a.limit)[1]]
     with tempfile.TemporaryDirectory() as tmp:
         out = export_drafter(a.drafter, "vllm", Path(tmp) / "drafter", target, str(embedded_target_dir()),
                              serve_dtype=a.dtype).out
@@ -62,7 +65,9 @@ def main() -> None:
 
     plain, served, m = res["plain"]["outputs"], res["spec"]["outputs"], res["spec"]["metrics"]
     drafter = load_drafter(a.drafter, target)
-    dec = build_decoder(decode_methods(drafter)[0], target, drafter, budget=k)
+    chain = decode_methods(drafter)[0]
+    hints = {"hints": "none"} if "hints" in DECODERS[chain].OPTIONS else {}  # vLLM fills the draft slots with MASK
+    dec = build_decoder(chain, target, drafter, budget=k, **hints)
     ours, rounds, accepted = [], 0, 0
     for p in prompts:
         g = dec.generate(p, a.max_tokens)
@@ -71,8 +76,8 @@ def main() -> None:
         accepted += sum(g.stats.accepted)  # as vLLM counts: the last round's drafts before the output is cut
     theirs_rate = m["num_accepted_tokens"] / m["num_draft_tokens"]
     ours_rate = accepted / (rounds * k)
-    print(f"{a.drafter}: vLLM method {spec['method']!r}, num_speculative_tokens {k}, {len(prompts)} HumanEval "
-          f"prompts x {a.max_tokens} tokens, {a.dtype} target")
+    print(f"{a.drafter}: vLLM method {spec['method']!r}, num_speculative_tokens {k}, {len(prompts)} {a.prompts} "
+          f"prompts x {a.max_tokens} tokens, {a.dtype} target; flashdraft's chain {chain} {hints or ''}")
     print("| engine | acceptance rate (accepted / drafted) | tau (1 + accepted per round) | rounds | output == vLLM plain |")
     print("|---|---|---|---|---|")
     print(f"| vLLM | {theirs_rate:.3f} | {1 + m['num_accepted_tokens'] / m['num_drafts']:.2f} | {m['num_drafts']} | "
