@@ -204,9 +204,9 @@ def test_malformed_yaml_names_the_file_and_line(tiny_dir, tmp_path):
 
 
 @pytest.mark.parametrize("fields,phrases", [
-    ({"block_size": "sixteen"}, ["field block_size", "'sixteen'"]),
-    ({"hidden_size": 32.5}, ["field hidden_size", "32.5"]),
-    ({"block_size": 0}, ["field block_size", "greater than or equal to 2"]),
+    ({"block_size": "sixteen"}, ["config.json is not a DFlash drafter config", "block_size: Input should be a valid integer", "(found 'sixteen')"]),
+    ({"hidden_size": 32.5}, ["hidden_size: Input should be a valid integer", "(found 32.5)"]),
+    ({"block_size": 0}, ["block_size: Input should be greater than or equal to 2", "(found 0)"]),
     ({"target_hidden_size": 1024}, ["target_hidden_size 1024", "hidden_size 32"]),
 ])
 def test_corrupt_or_mismatched_drafter_configs_are_named(tiny_dir, drafter_dir, tmp_path, fields, phrases):

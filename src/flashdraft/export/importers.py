@@ -21,8 +21,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 import torch
+from pydantic import ValidationError
 from safetensors.torch import save_file
 
+from flashdraft.config import validation_message
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
 from flashdraft.export.formats import MANIFEST, ExportError, load_tensors
 from flashdraft.io import atomic_replace_dir, check_publish_dir
@@ -283,9 +285,10 @@ def import_drafter(src: str | Path, out: str | Path, fmt: str = "auto", target: 
     dtype = d.pop("torch_dtype", None)
     try:
         cfg = importer.config_class.model_validate(d)
-    except ValueError as e:
+    except ValidationError as e:
         family = importer.config_class.family_name
-        raise ImportError_(f"{src}/config.json does not describe a {family} drafter flashdraft runs: {e}") from None
+        raise ImportError_(validation_message(e, f"{src}/config.json does not describe a {family} drafter flashdraft "
+                                                 "runs")) from None
     state = importer.weights(tensors, cfg, target, notes)
     dump = cfg.model_dump(mode="json")
     if dtype is not None:

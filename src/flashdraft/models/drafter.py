@@ -283,16 +283,13 @@ class DrafterFamily:
         p = Path(path) / "config.json"
         if not p.is_file():
             raise DrafterError(f"{p} not found; {cls.folder_kind} holds config.json and model.safetensors")
+        from flashdraft.config import validation_message
+
         try:
             return cls.config_class.model_validate_json(p.read_text())
         except ValidationError as e:
-            errs = e.errors()
-            first = errs[0]
-            field = ".".join(map(str, first["loc"])) or "(the file)"
-            got = f" (found {first['input']!r})" if "input" in first and not isinstance(first["input"], dict) else ""
-            more = f"; {len(errs) - 1} more field(s) wrong" if len(errs) > 1 else ""
-            raise DrafterError(f"{p}: field {field}: {first['msg']}{got}{more}; fix the field or write the "
-                               "folder again (train, export or import)") from None
+            raise DrafterError(validation_message(e, f"{p} is not a {cls.config_class.family_name} drafter config")
+                               + "; fix the field or write the folder again (train, export or import)") from None
 
     @classmethod
     def file_state_names(cls, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
