@@ -10,7 +10,9 @@ import torch
 from flashdraft.decode import build_decoder
 from flashdraft.models.dflash import DFlashDrafter
 from flashdraft.models.forward import lm_logits
-from flashdraft.train.data import Example, draft_vocab_from_frequencies
+from types import SimpleNamespace
+
+from flashdraft.train.data import Example, draft_vocab_for
 from flashdraft.train.objective import DFlashObjective, TrainError, dpace_weights
 from tests.tiny import MASK_ID, VOCAB, hf_greedy, random_prompts, tiny_target
 
@@ -19,12 +21,15 @@ from .test_objective import blocks_at, one_row
 
 def test_draft_vocab_is_the_most_frequent_supervised_tokens():
     ex = [Example([5, 7, 7, 9, 9, 9, 3], [0, 1, 1, 1, 1, 1, 0], 0), Example([3, 3, 3, 3, 7], [0, 0, 0, 0, 1], 1)]
+    target = SimpleNamespace(vocab_size=VOCAB, eos_token_ids=[])
     # supervised counts: 9 x3, 7 x3; then by count anywhere: 3 x5 (never supervised), 5 x1; then lower id
-    assert draft_vocab_from_frequencies(ex, VOCAB, 2).tolist() == [7, 9]
-    assert draft_vocab_from_frequencies(ex, VOCAB, 3).tolist() == [3, 7, 9]
-    assert draft_vocab_from_frequencies(ex, VOCAB, 5).tolist() == [0, 3, 5, 7, 9]
+    assert draft_vocab_for(ex, target, 2).tolist() == [7, 9]
+    assert draft_vocab_for(ex, target, 3).tolist() == [3, 7, 9]
+    assert draft_vocab_for(ex, target, 5).tolist() == [0, 3, 5, 7, 9]
+    # the target's end-of-turn id is always in (it ends every answer the drafter should finish)
+    assert draft_vocab_for(ex, SimpleNamespace(vocab_size=VOCAB, eos_token_ids=[1]), 2).tolist() == [1, 7]
     with pytest.raises(TrainError, match="draft_vocab_size"):
-        draft_vocab_from_frequencies(ex, VOCAB, VOCAB + 1)
+        draft_vocab_for(ex, target, VOCAB + 1)
 
 
 def drafter_with_vocab(target, ids, B=4):

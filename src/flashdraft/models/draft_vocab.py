@@ -21,21 +21,75 @@ def top_token_ids(primary: torch.Tensor, secondary: torch.Tensor, size: int) -> 
     return torch.argsort(-key, stable=True)[:size].sort().values
 
 
+def reserved_token_ids(counts: dict[str, torch.Tensor], size: int, reserve: float = 0.0,
+                       always: torch.Tensor | None = None, tie: torch.Tensor | None = None) -> torch.Tensor:
+    """A draft vocabulary of ``size`` target ids from token counts per domain (``counts``: domain -> [V]):
+    first the ``always`` ids [n]; then ``reserve`` (0..1) of ``size`` split evenly over the domains that
+    have any count, each share filled with that domain's own most frequent ids not yet taken (domains in
+    name order), so a minority domain is not crowded out; the rest by the summed count over all domains
+    (ties by ``tie`` [V] counts, then lower id) -> sorted ids [size]."""
+    if not counts:
+        raise DrafterError("no token counts to draw a draft vocabulary from")
+    total = sum(counts.values())  # [V]
+    if not 0 < size <= total.numel():
+        raise DrafterError(f"draft_vocab_size {size} must be in 1..{total.numel()} (the target's vocabulary)")
+    if not 0.0 <= reserve <= 1.0:
+        raise DrafterError(f"draft_vocab_reserve {reserve} must be a share in 0..1")
+    tie = torch.zeros_like(total) if tie is None else tie
+    taken = torch.zeros(total.numel(), dtype=torch.bool)  # [V]
+    if always is not None and always.numel():
+        taken[torch.as_tensor(always, dtype=torch.long)] = True
+    if int(taken.sum()) > size:
+        raise DrafterError(f"{int(taken.sum())} ids must be in a draft vocabulary of only {size}; raise draft_vocab_size")
+    present = sorted(d for d, c in counts.items() if int(c.sum()) > 0)
+    quota = int(reserve * size) // max(len(present), 1)
+    for d in present:
+        room = min(quota, size - int(taken.sum()))
+        if room <= 0:
+            break
+        key = torch.where(taken, 0, counts[d].long())  # [V]
+        order = torch.argsort(-key, stable=True)[:room]  # this domain's most frequent free ids, lower id first on ties
+        taken[order[key[order] > 0]] = True
+    rest = size - int(taken.sum())
+    if rest > 0:
+        key = torch.where(taken, -1, total.long())  # [V]
+        taken[top_token_ids(key + 1, tie, rest)] = True  # +1: never-seen ids (0) still rank above taken ones (-1 -> 0)
+    return taken.nonzero().flatten()
+
+
 def vocab_coverage(t2d: torch.Tensor, sequences: list[list[int]], max_run: int) -> dict:
     """How much of ``sequences`` (target token ids, e.g. the target's own outputs) a draft vocabulary ``t2d``
     [V] (bool) can propose: ``share``, the fraction of tokens inside it, and ``runs[k - 1]``, the fraction of
     runs of k consecutive tokens (k = 1 .. max_run) that lie inside it whole: a cap on how often a drafted
     chain can be accepted k deep, whatever the drafter learns."""
-    inside = [t2d[torch.as_tensor(s, dtype=torch.long)].tolist() if s else [] for s in sequences]
-    tokens = sum(len(x) for x in inside)
+    seqs = [torch.as_tensor(s, dtype=torch.long) for s in sequences if len(s)]
+    lengths = torch.tensor([s.numel() for s in seqs], dtype=torch.long)  # [n]
+    tokens = int(lengths.sum())
+    if not tokens:
+        return {"tokens": 0, "share": float("nan"), "runs": [float("nan")] * max_run}
+    # every sequence followed by one outside slot, so no run of inside tokens crosses into the next sequence
+    flat = torch.cat([torch.cat([t2d[s].long(), torch.zeros(1, dtype=torch.long)]) for s in seqs])  # [tokens + n]
+    csum = torch.cat([torch.zeros(1, dtype=torch.long), flat.cumsum(0)])  # [tokens + n + 1]
     runs = []
     for k in range(1, max_run + 1):
-        windows = whole = 0
-        for x in inside:
-            windows += max(len(x) - k + 1, 0)
-            whole += sum(all(x[i:i + k]) for i in range(len(x) - k + 1))
+        windows = int((lengths - k + 1).clamp_min(0).sum())
+        whole = int(((csum[k:] - csum[:-k]) == k).sum())  # windows of k slots all inside (never a separator)
         runs.append(whole / windows if windows else float("nan"))
-    return {"tokens": tokens, "share": sum(sum(x) for x in inside) / tokens if tokens else float("nan"), "runs": runs}
+    return {"tokens": tokens, "share": int(flat.sum()) / tokens, "runs": runs}
+
+
+def format_coverage(report: dict[str, dict[str, dict]], size: int) -> str:
+    """Lines for a coverage report (part -> domain -> :func:`vocab_coverage`) of a ``size``-id draft vocabulary."""
+    lines = [f"draft vocabulary ({size:,} ids): share of the target's tokens it can propose, and of runs of k "
+             "consecutive tokens wholly inside it (a cap on a chain accepted k deep)"]
+    for part, domains in report.items():
+        for d, c in domains.items():
+            if not c["tokens"]:
+                continue
+            ks = [k for k in (2, 4, 8, 15) if k <= len(c["runs"])]
+            lines.append(f"  {part:>8} {d:<13} {c['share']:7.1%} of {c['tokens']:>9,} tokens; runs "
+                         + " ".join(f"{k}: {c['runs'][k - 1]:.2f}" for k in ks))
+    return "\n".join(lines)
 
 
 class DraftVocab:

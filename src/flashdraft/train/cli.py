@@ -26,6 +26,14 @@ def train(
     grad_accum: Optional[int] = typer.Option(None, "--grad-accum"),
     max_anchors: Optional[int] = typer.Option(None, "--max-anchors"),
     loss: Optional[str] = typer.Option(None, "--loss", help="ce (target tokens) or kl (target logits)"),
+    draft_vocab_size: Optional[int] = typer.Option(
+        None, "--draft-vocab-size", help="reduced draft vocabulary of N ids (d2t/t2d); its coverage per domain is "
+        "printed and saved in the drafter folder (vocab_coverage.json)"),
+    draft_vocab_reserve: Optional[float] = typer.Option(
+        None, "--draft-vocab-reserve", help="share of the draft vocabulary split evenly over the data's domains"),
+    draft_vocab_corpus: Optional[list[str]] = typer.Option(
+        None, "--draft-vocab-corpus", help="records or .txt whose tokens also count towards the draft vocabulary "
+        "(repeatable)"),
     bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bf16 autocast for the drafter"),
     eval_prompts: Optional[str] = typer.Option(None, "--eval-prompts", help="JSONL of held-out {prompt}/{prompt_ids}"),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="stop with a checkpoint after this time"),
@@ -41,7 +49,8 @@ def train(
         data=data or None, out_dir=out_dir, target=target, num_layers=num_layers, block_size=block_size,
         max_steps=max_steps, epochs=epochs, lr=lr, batch_size=batch_size, grad_accum=grad_accum,
         max_anchors=max_anchors, loss=loss, bf16=bf16, eval_prompts=eval_prompts, max_minutes=max_minutes,
-        resume=resume, features=features,
+        resume=resume, features=features, draft_vocab_size=draft_vocab_size,
+        draft_vocab_reserve=draft_vocab_reserve, draft_vocab_corpus=draft_vocab_corpus or None,
     )
     with exit_on_error():
         cfg = TrainConfig.load(config, sets=set_, **flags)

@@ -32,6 +32,15 @@ class TrainConfig(Section):
     draft_vocab_size: int | None = Field(
         None, ge=1, description="reduced draft vocabulary: the N most frequent supervised tokens of the data (d2t/t2d)"
     )
+    draft_vocab_reserve: float = Field(0.0, ge=0, le=1, description=(
+        "share of the draft vocabulary split evenly over the data's domains (and the corpus's), each share filled "
+        "with that domain's own most frequent tokens first, so a minority domain is not crowded out"))
+    draft_vocab_corpus: list[str] = Field(default_factory=list, description=(
+        "record files (their domain_field names each text's domain) or .txt files whose tokens also count "
+        "towards the draft vocabulary"))
+    domain_field: str = Field("domain", description=(
+        "the records' domain field (`flashdraft mix rebalance` writes it); a record without it is labelled by "
+        "`flashdraft mix`'s classifier when the draft vocabulary's coverage is reported per domain"))
     features: str | None = Field(None, description="offline feature cache from `flashdraft features` (else online)")
     feature_norm: Literal["none", "layer", "channel"] = Field(
         "channel", description="fc input scale from feature statistics (folded into fc.weight on save): channel = "
@@ -163,6 +172,13 @@ class TrainConfig(Section):
             raise ValueError(f"variant names must differ, got {names}")
         return self
 
+    def draft_vocab(self, examples, target, size: int):
+        """The ``size`` draft ids this config draws from ``examples`` (reserve and corpus applied) -> [size]."""
+        from flashdraft.train.data import draft_vocab_for
+
+        return draft_vocab_for(examples, target, size, self.draft_vocab_reserve, self.draft_vocab_corpus,
+                               self.domain_field)
+
     def variant_configs(self) -> list[tuple[str | None, "TrainConfig"]]:
         """(name, config) per variant; one unnamed variant (this config) when ``variants`` is empty."""
         if not self.variants:
@@ -177,7 +193,7 @@ class TrainConfig(Section):
 # fields a variant may change; everything else (data, target, batch, schedule length, cadence) is shared
 VARIANT_FIELDS = (
     "objective", "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
-    "init_norm_from_target", "draft_vocab_size", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "block_hints", "hint_prob", "loss",
+    "init_norm_from_target", "draft_vocab_size", "draft_vocab_reserve", "draft_vocab_corpus", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "block_hints", "hint_prob", "loss",
     "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "full_vocab_argmax", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",
 )

@@ -21,7 +21,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from flashdraft.models.draft_vocab import top_token_ids
+from flashdraft.models.draft_vocab import reserved_token_ids, vocab_coverage
+from flashdraft.models.drafter import DrafterError
 from flashdraft import records
 from flashdraft.train.objective import Batch, TrainError, anchor_candidates
 
@@ -31,6 +32,7 @@ class Example:
     token_ids: list[int]
     loss_mask: list[int]
     index: int  # position in the loaded dataset (stable across runs: seeds anchors)
+    domain: str | None = None  # the record's domain field (as `flashdraft mix rebalance` writes it), else None
 
 
 @dataclass
@@ -115,10 +117,12 @@ def tokenize_sample(s: records.Sample, tokenizer, eos_id: int | None, append_eos
 
 
 def load_examples(
-    paths: list[str | Path], target, max_len: int, block_size: int, append_eos: bool = True
+    paths: list[str | Path], target, max_len: int, block_size: int, append_eos: bool = True,
+    domain_field: str = "domain", classify=None,
 ) -> tuple[list[Example], DataStats]:
     """Tokenise every record; truncate to ``max_len``; skip (and count) sequences shorter than a block
-    or without any position that can anchor a block."""
+    or without any position that can anchor a block. An example's domain is its record's ``domain_field``;
+    where that is missing, ``classify(sample)`` (e.g. :func:`domain_classifier`) names it, when given."""
     tok = getattr(target, "tokenizer", None)
     eos = target.eos_token_ids[0] if getattr(target, "eos_token_ids", None) else None
     vocab = target.vocab_size
@@ -140,7 +144,10 @@ def load_examples(
             if not anchor_candidates(m, torch.zeros(len(ids), dtype=torch.long)).any():
                 stats.skipped_unsupervised += 1
                 continue
-            out.append(Example(ids, mask, index=len(out)))
+            domain = sample.meta.get(domain_field)
+            if domain is None and classify is not None:
+                domain = classify(sample)
+            out.append(Example(ids, mask, index=len(out), domain=None if domain is None else str(domain)))
             stats.kept += 1
             stats.tokens += len(ids)
             stats.supervised_tokens += int(m.sum())
@@ -152,16 +159,99 @@ def load_examples(
     return out, stats
 
 
-def draft_vocab_from_frequencies(examples: list[Example], vocab_size: int, size: int) -> torch.Tensor:
-    """The ``size`` most frequent supervised tokens of the data -> sorted ids [size]. Ties (and the
-    tokens never supervised, when the data has fewer than ``size``) go by frequency anywhere in the
-    data, then by lower id."""
-    if not 0 < size <= vocab_size:
-        raise TrainError(f"draft_vocab_size {size} must be in 1..{vocab_size} (the target's vocabulary)")
-    ids = torch.tensor([t for e in examples for t in e.token_ids], dtype=torch.long)
-    sup = torch.tensor([m for e in examples for m in e.loss_mask], dtype=torch.bool)
-    everywhere = torch.bincount(ids, minlength=vocab_size)  # [V]
-    return top_token_ids(torch.bincount(ids[sup], minlength=vocab_size), everywhere, size)
+def domain_classifier():
+    """``sample -> domain``: `flashdraft mix`'s default classifier over a record's prompt and response text."""
+    from flashdraft.mix.methods import make_classifier
+    from flashdraft.mix.records import text_view
+
+    clf = make_classifier()
+
+    def classify(s) -> str | None:
+        if not any(m["content"].strip() for m in s.messages):
+            return None  # token-only records: no text to judge
+        return clf.classify_batch([text_view(s, s.source, s.id)])[0].domain
+
+    return classify
+
+
+def supervised_spans(e: Example) -> list[list[int]]:
+    """The runs of consecutive supervised tokens of ``e`` (what the target says), as lists of ids."""
+    spans, cur = [], []
+    for t, m in zip(e.token_ids, e.loss_mask):
+        if m:
+            cur.append(t)
+        elif cur:
+            spans.append(cur)
+            cur = []
+    return spans + ([cur] if cur else [])
+
+
+def domain_counts(examples: list[Example], vocab_size: int) -> dict[str, torch.Tensor]:
+    """Supervised token counts per example domain (``"all"`` where examples have none) -> domain -> [V]."""
+    out: dict[str, torch.Tensor] = {}
+    for e in examples:
+        ids = torch.tensor([t for t, m in zip(e.token_ids, e.loss_mask) if m], dtype=torch.long)
+        c = out.setdefault(e.domain or "all", torch.zeros(vocab_size, dtype=torch.long))
+        c += torch.bincount(ids, minlength=vocab_size)
+    return out
+
+
+def corpus_counts(paths: list[str | Path], target, domain_field: str = "domain") -> dict[str, torch.Tensor]:
+    """Token counts of every text of a corpus (records of any layout :mod:`flashdraft.records` reads, every
+    turn's text, or a plain ``.txt`` file as one text), per the records' ``domain_field`` (else ``corpus``)
+    -> domain -> [V]."""
+    V = target.vocab_size
+    out: dict[str, torch.Tensor] = {}
+
+    def add(domain: str, text: str) -> None:
+        ids = torch.tensor(target.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        c = out.setdefault(domain, torch.zeros(V, dtype=torch.long))
+        c += torch.bincount(ids, minlength=V)
+
+    if target.tokenizer is None:
+        raise TrainError("draft_vocab_corpus needs the target's tokenizer; this target has none")
+    for path in paths:
+        path = Path(path)
+        if not path.exists():
+            raise TrainError(f"draft_vocab_corpus {path} does not exist; give JSONL/Parquet records or .txt files")
+        if path.suffix == ".txt":
+            add("corpus", path.read_text(encoding="utf-8", errors="replace"))
+            continue
+        for _, s in read_samples(path):
+            add(str(s.meta.get(domain_field) or "corpus"), "\n".join(m["content"] for m in s.messages))
+    return out
+
+
+def draft_vocab_for(examples: list[Example], target, size: int, reserve: float = 0.0,
+                    corpus: list[str | Path] = (), domain_field: str = "domain") -> torch.Tensor:
+    """The draft vocabulary of ``size`` ids: the supervised tokens of the training data per domain (and a
+    ``corpus``'s tokens per its domains), a ``reserve`` share split over the domains
+    (:func:`~flashdraft.models.draft_vocab.reserved_token_ids`), the target's end-of-turn ids always in
+    -> sorted ids [size]."""
+    V = target.vocab_size
+    if not 0 < size <= V:
+        raise TrainError(f"draft_vocab_size {size} must be in 1..{V} (the target's vocabulary)")
+    counts = domain_counts(examples, V)
+    for d, c in (corpus_counts(list(corpus), target, domain_field) if corpus else {}).items():
+        counts[d] = counts[d] + c if d in counts else c
+    everywhere = torch.bincount(torch.tensor([t for e in examples for t in e.token_ids], dtype=torch.long), minlength=V)
+    stops = torch.tensor([t for t in (getattr(target, "eos_token_ids", None) or []) if 0 <= t < V][:size], dtype=torch.long)
+    try:
+        return reserved_token_ids(counts, size, reserve, always=stops, tie=everywhere)
+    except DrafterError as e:
+        raise TrainError(str(e)) from None
+
+
+def coverage_by_domain(t2d: torch.Tensor, examples: list[Example], max_run: int) -> dict[str, dict]:
+    """:func:`~flashdraft.models.draft_vocab.vocab_coverage` of ``t2d`` [V] over the supervised spans of
+    ``examples``, per domain and over all (``"all"``) -> domain -> {tokens, share, runs}."""
+    groups: dict[str, list[list[int]]] = {}
+    for e in examples:
+        spans = supervised_spans(e)
+        groups.setdefault("all", []).extend(spans)
+        if e.domain:
+            groups.setdefault(e.domain, []).extend(spans)
+    return {d: vocab_coverage(t2d, spans, max_run) for d, spans in sorted(groups.items(), key=lambda x: (x[0] != "all", x[0]))}
 
 
 def collate(rows: list[list[Example]], seeds: list[int], device: torch.device | str = "cpu") -> Batch:

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from flashdraft.decode import build_decoder
+from flashdraft.models.draft_vocab import vocab_coverage
 from flashdraft.records import read_prompts
 from flashdraft.train.objective import TrainError
 
@@ -32,15 +33,19 @@ def evaluate_tau(
     try:
         dec = build_decoder(method, target, drafter, budget=budget)
         taus: list[int] = []
-        per_prompt = []
+        per_prompt, outputs = [], []
         for ids in prompts:
             g = dec.generate(ids, max_new_tokens)
             taus.extend(g.stats.taus)
             per_prompt.append(g.stats.tau_mean)
+            outputs.append(g.tokens)
         depth = drafter.max_depth
         rounds = max(len(taus), 1)
         per_pos = [sum(t >= k + 1 for t in taus) / rounds for k in range(1, depth + 1)]
+        t2d = getattr(drafter, "t2d", None)  # a reduced draft vocabulary: what it covers of the (lossless) outputs
+        coverage = {"vocab_coverage": vocab_coverage(t2d.cpu(), outputs, depth)} if isinstance(t2d, torch.Tensor) else {}
         return {
+            **coverage,
             "method": method,
             "budget": budget,
             "tau": sum(taus) / rounds,

@@ -35,7 +35,8 @@ from flashdraft.train.checkpoint import (
     check_resume_shape, checkpoint_steps, load_checkpoint, prune_checkpoints, read_best, save_checkpoint, write_best,
 )
 from flashdraft.train.config import TrainConfig
-from flashdraft.train.data import DataStats, DataStream, Example, collate, load_examples
+from flashdraft.models.draft_vocab import format_coverage
+from flashdraft.train.data import DataStats, DataStream, Example, collate, coverage_by_domain, domain_classifier, load_examples
 from flashdraft.train.diagnostics import (
     NgramBaseline, calibrate_tree, feature_scale, feature_stats, format_feature_stats, format_report, heldout_report,
 )
@@ -144,7 +145,10 @@ class Trainer:
         if examples is None:
             if not cfg.data:
                 raise TrainError("no training data: pass --data FILE (JSONL/Parquet records) or set data: in the YAML")
-            examples, self.data_stats = load_examples(cfg.data, target, cfg.max_len, min_block, cfg.append_eos)
+            # a reduced draft vocabulary is drawn and its coverage reported per domain: label records that name none
+            reduced = any(c.draft_vocab_size or c.objective == "eagle3" for _, c in named)
+            examples, self.data_stats = load_examples(cfg.data, target, cfg.max_len, min_block, cfg.append_eos,
+                                                      cfg.domain_field, domain_classifier() if reduced else None)
         else:
             self.data_stats = DataStats(kept=len(examples), tokens=sum(len(e.token_ids) for e in examples))
         self.all_examples = examples  # the offline cache holds them all
@@ -197,6 +201,7 @@ class Trainer:
                 [torch.arange(self.layer_ids.index(i) * H, (self.layer_ids.index(i) + 1) * H) for i in ids]
             ).to(target.device)
         self.want_final = any(v.objective.wants_final(v.cfg) for v in self.variants)
+        self.coverage = {v.label: self._coverage(v) for v in self.variants if self._t2d(v) is not None}
         if self.store is not None:
             self.store.check(target, self.layer_ids, self.all_examples, need_final=self.want_final)
         self.step = 0
@@ -224,6 +229,25 @@ class Trainer:
         if cfg.bf16 and not self.bf16:
             self._say("bf16: this CPU has no bf16 matmul hardware (AVX512-BF16 or AMX), where bf16 autocast runs "
                       "~6-20x slower than fp32; training in fp32 (set bf16: false to silence this)")
+
+    @staticmethod
+    def _t2d(v: Variant) -> torch.Tensor | None:
+        t2d = getattr(v.drafter, "t2d", None)
+        return t2d.cpu() if isinstance(t2d, torch.Tensor) else None
+
+    def _coverage(self, v: Variant, n_train: int = 4096) -> dict[str, dict]:
+        """What ``v``'s draft vocabulary covers of the target's tokens (supervised spans), per domain: on up to
+        ``n_train`` training sequences (a seeded draw) and on the held-out ones."""
+        pick = np.random.default_rng([self.cfg.seed, 13]).permutation(len(self.examples))[:n_train]
+        report = {"train": coverage_by_domain(self._t2d(v), [self.examples[i] for i in sorted(pick.tolist())],
+                                              v.drafter.max_depth)}
+        if self.heldout:
+            report["heldout"] = coverage_by_domain(self._t2d(v), self.heldout, v.drafter.max_depth)
+        return report
+
+    def _write_coverage(self, v: Variant, folder: Path) -> None:
+        if v.label in self.coverage and self.is_main:
+            atomic_write_text(folder / "vocab_coverage.json", json.dumps(self.coverage[v.label], indent=1))
 
     @torch.no_grad()
     def _channel_rms(self, layer_ids: list[int], n: int) -> torch.Tensor:
@@ -507,6 +531,11 @@ class Trainer:
             self._log({"step": 0, "kind": "features", "layers": self.feature_stats,
                        "feature_norm": {v.label: v.cfg.feature_norm for v in self.variants}})
             self._say(format_feature_stats(self.feature_stats))
+            for v in self.variants:
+                if v.label in self.coverage:
+                    self._log({"step": 0, "kind": "vocab_coverage", **self.coverage[v.label]}, v)
+                    self._write_coverage(v, v.out)
+                    self._say(f"[{v.label}] " + format_coverage(self.coverage[v.label], int(self._t2d(v).sum())))
         result = TrainResult(step=self.step, total_steps=self.total_steps, stopped="done")
         flag: dict[str, str] = {}
         t0, start_step, self._tokens = time.perf_counter(), self.step, 0
@@ -528,9 +557,14 @@ class Trainer:
                 for v in self.variants:
                     rec = result.variants.setdefault(v.label, {})
                     rec["eval"] = evals[v.label] if evals else None
+                    if evals and "vocab_coverage" in evals[v.label] and v.label in self.coverage:
+                        self.coverage[v.label]["eval"] = {"all": evals[v.label]["vocab_coverage"]}
+                        self._say(f"[{v.label}] " + format_coverage({"eval": self.coverage[v.label]["eval"]},
+                                                                    int(self._t2d(v).sum())))
                     if self.is_main:
                         with v.eval_weights():
                             rec["final_drafter"] = v.drafter.save_pretrained(v.out / "drafter")
+                        self._write_coverage(v, v.out / "drafter")
                 first = result.variants[self.variants[0].label]
                 result.final_drafter, result.eval = first.get("final_drafter"), first.get("eval")
             for v in self.variants:

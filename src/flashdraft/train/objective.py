@@ -400,11 +400,9 @@ class DFlashObjective(BlockMetrics):
     @classmethod
     def new_drafter(cls, target: Target, cfg, examples):
         """A fresh DFlash drafter shaped by ``cfg`` (a reduced vocabulary from the data's token frequencies)."""
-        from flashdraft.train.data import draft_vocab_from_frequencies
-
         vocab = None
         if cfg.draft_vocab_size:
-            vocab = draft_vocab_from_frequencies(examples, target.vocab_size, cfg.draft_vocab_size)
+            vocab = cfg.draft_vocab(examples, target, cfg.draft_vocab_size)
         drafter = drafter_class("DFlashDraftModel").for_target(
             target, num_layers=cfg.num_layers, block_size=cfg.block_size, target_layer_ids=cfg.target_layer_ids,
             mask_token_id=cfg.mask_token_id, intermediate_size=cfg.intermediate_size, seed=cfg.seed,
