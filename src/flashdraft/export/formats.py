@@ -30,6 +30,17 @@ from flashdraft.models.drafter import DrafterError, drafter_architecture, load_d
 from flashdraft.models.target import Target, portable_target_name
 
 MANIFEST = "flashdraft_export.json"
+SPECULATORS_VERSION = "0.9.0"  # the newest speculators release whose DFlash / EAGLE-3 files these exports are checked against
+
+
+def speculators_version() -> str:
+    """The speculators format version an export records: the installed speculators', else the newest supported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("speculators")
+    except PackageNotFoundError:
+        return SPECULATORS_VERSION
 # config.json architectures[0] -> exporter registry key (a family module adds its own entry)
 ARCHITECTURES: dict[str, str] = {"DFlashDraftModel": "dflash"}
 # Target families whose HF embedding transform SGLang also applies inside its embedding module
@@ -234,7 +245,7 @@ class SpeculatorsExporter(DFlashExporter):
         cfg = {
             "architectures": ["DFlashDraftModel"],
             "speculators_model_type": "dflash",
-            "speculators_version": "0.3.0",
+            "speculators_version": speculators_version(),
             "transformer_layer_config": layer_cfg,
             "draft_vocab_size": c.draft_vocab_size or c.vocab_size,
             "target_hidden_size": c.target_hidden_size,

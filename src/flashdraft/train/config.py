@@ -65,6 +65,10 @@ class TrainConfig(Section):
         "flashdraft's dflash/ddtree decoders fill them in (other engines fill MASK, which the drafter still learns); "
         "'none': MASK only; unset: as the init_from drafter has it (a fresh one: none)")
     hint_prob: float = Field(0.5, ge=0, le=1, description="block_hints: the share of training blocks that get hints")
+    loss_normaliser: Literal["weights", "anchors", "slots"] | None = Field(
+        None, description="what a step's weighted loss sum is divided by: weights (their sum; decay's default), "
+        "anchors (with a supervised slot 1; dpace, first_error and tree's default) or slots (the supervised slots, "
+        "as speculators' DFlash loss divides)")
     tree_width: int = Field(4, ge=1, description="tree: candidates per depth the surrogate assumes (about budget / depth)")
     loss: Literal["ce", "kl"] = "ce"
     feature_noise: float = Field(0.0, ge=0, description="uniform +-noise on the fc input only")
@@ -193,7 +197,7 @@ class TrainConfig(Section):
 # fields a variant may change; everything else (data, target, batch, schedule length, cadence) is shared
 VARIANT_FIELDS = (
     "objective", "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
-    "init_norm_from_target", "draft_vocab_size", "draft_vocab_reserve", "draft_vocab_corpus", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "block_hints", "hint_prob", "loss",
+    "init_norm_from_target", "draft_vocab_size", "draft_vocab_reserve", "draft_vocab_corpus", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "loss_normaliser", "block_hints", "hint_prob", "loss",
     "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "full_vocab_argmax", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",
 )

@@ -346,7 +346,7 @@ class DFlashObjective(BlockMetrics):
     # the TrainConfig fields this objective reads (its config section)
     CONFIG_FIELDS = ("max_anchors", "gamma", "loss", "feature_noise", "lm_head_chunk", "checkpoint_layers",
                      "checkpoint_lm_head", "loss_vocab", "position_weights", "dpace_alpha", "focal", "tree_width",
-                     "hint_prob")
+                     "hint_prob", "loss_normaliser")
 
     def __init__(
         self,
@@ -366,6 +366,7 @@ class DFlashObjective(BlockMetrics):
         focal: float = 1.0,
         tree_width: int = 4,
         hint_prob: float = 0.5,
+        loss_normaliser: str | None = None,
     ):
         if loss not in ("ce", "kl"):
             raise TrainError(f"loss {loss!r} is not supported; use 'ce' (target tokens) or 'kl' (target logits)")
@@ -390,6 +391,12 @@ class DFlashObjective(BlockMetrics):
             raise TrainError(f"attention {attention!r} is not supported; use 'sdpa' or 'flex'")
         self.attention = attention
         self.hint_prob = hint_prob  # the share of training blocks with hints, for a drafter whose config says block_hints
+        if loss_normaliser not in (None, "weights", "anchors", "slots"):
+            raise TrainError(f"loss_normaliser {loss_normaliser!r} is not supported; use 'weights', 'anchors' or 'slots'")
+        # what the step's weighted loss sum is divided by: None = the weighting's own (decay: the summed weights;
+        # dpace / first_error / tree: the anchors with a supervised slot 1); "slots": the supervised slots, as
+        # speculators' DFlash loss divides
+        self.loss_normaliser = loss_normaliser or ("anchors" if position_weights in SELF_WEIGHTS else "weights")
 
     @classmethod
     def from_config(cls, drafter, cfg, attention: str = "sdpa") -> "DFlashObjective":
@@ -425,9 +432,8 @@ class DFlashObjective(BlockMetrics):
             bl.weights = bl.weights * self.drafter.t2d[bl.labels].to(bl.weights.dtype)
         if self.position_weights in SELF_WEIGHTS:
             bl.weights = (bl.weights > 0).to(bl.weights.dtype)
-            bl.norm = float((bl.weights[..., 1] > 0).sum())
-        else:
-            bl.norm = bl.weight_sum
+        bl.norm = {"weights": bl.weight_sum, "anchors": float((bl.weights[..., 1] > 0).sum()),
+                   "slots": float((bl.weights > 0).sum())}[self.loss_normaliser]
         return bl
 
     def head(self, target: Target):
