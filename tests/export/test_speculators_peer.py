@@ -159,3 +159,45 @@ def test_objective_matches_speculators_loss_and_gradients(tmp_path, monkeypatch,
         torch.testing.assert_close(p.grad, peer_grads[name].grad, rtol=1e-4, atol=1e-6)
         compared += 1
     assert compared >= 10  # fc, norms, attention and MLP of both layers
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama", "gemma3"])
+def test_speculators_eagle3_model_gives_flashdraft_logits_at_every_step(tmp_path, family):
+    """EAGLE-3 exported --to speculators, loaded by speculators' Eagle3DraftModel: the same draft logits and drafts
+    as flashdraft's training-time-test unroll at each of 3 steps (step k fed the data's tokens k + 1 ahead)."""
+    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators.models.eagle3.config import Eagle3SpeculatorConfig
+
+    from flashdraft.models.eagle3 import Eagle3Drafter
+    from flashdraft.models.eagle3.ttt import ttt_forward
+
+    target = tiny_target(family)
+    target.model.save_pretrained(tmp_path / "verifier")
+    d = Eagle3Drafter.for_target(target, target_layer_ids=[1, 2, 3], draft_vocab=torch.arange(3, 60), max_depth=3, seed=1)
+    with torch.no_grad():
+        for p in d.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.1)
+    d.save_pretrained(tmp_path / "flashdraft")
+    out = export_drafter(tmp_path / "flashdraft", "speculators", tmp_path / "speculators", target,
+                         str(tmp_path / "verifier")).out
+    cfg = Eagle3SpeculatorConfig.from_pretrained(out)
+    cfg.transformer_layer_config._attn_implementation = "eager"
+    peer = Eagle3DraftModel.from_pretrained(out, config=cfg).float().eval()
+    mine = load_drafter(tmp_path / "flashdraft", target).float().eval()
+    ids = torch.randint(0, 90, (1, T), generator=torch.Generator().manual_seed(0))
+    batch = Batch(ids, torch.ones(1, T, dtype=torch.bool), torch.zeros(1, T, dtype=torch.long), torch.arange(T)[None], [0])
+    caught = []
+    hook = peer.lm_head.register_forward_hook(lambda mod, args, out: caught.append(out.detach()))
+    with torch.no_grad():
+        feats, _ = target_pass(target, batch, mine.target_layer_ids, want_final=False)
+        # speculators feeds step 0 the ids it is given (position i: token i + 1), then shifts them itself
+        peer_drafts = peer(feats, torch.cat([ids[:, 1:], ids.new_zeros(1, 1)], 1), torch.zeros(1, T, dtype=torch.long),
+                           ttt_steps=3)
+        outs = ttt_forward(mine, feats, ids, batch.doc_ids, batch.positions, 3)  # [3, 1, T, d]
+    hook.remove()
+    for k in range(3):
+        n = T - 1 - k  # positions whose step-k input is a real token on both sides (the ends pad differently)
+        ours = mine.draft_logits(outs[k])[0, :n]  # [n, Vd]
+        assert (ours - caught[k][0, :n]).abs().max().item() < TOLERANCE
+        assert torch.equal(ours.argmax(-1), peer_drafts[k][0, :n])

@@ -128,8 +128,17 @@ class SpeculatorsEagle3Exporter(Eagle3Exporter):
                              "architectures": list(getattr(tc, "architectures", None) or [])},
             })
         files.config = cfg
+        # speculators' Eagle3DraftModel names the decoder layer layers.0 (vLLM reads either name)
+        files.tensors = {("layers.0." + k.removeprefix("midlayer.") if k.startswith("midlayer.") else k): v
+                         for k, v in files.tensors.items()}
+        if "embed_tokens.weight" not in files.tensors:  # speculators 0.9 fills a missing table only where it is NaN:
+            # elsewhere its Eagle3DraftModel keeps uninitialised memory as the embedding
+            files.tensors["embed_tokens.weight"] = served_embedding_table(target, src.serve_dtype)
+            files.notes.append(f"shipped embed_tokens.weight [{target.vocab_size}, {target.hidden_size}]: speculators' "
+                               "Eagle3DraftModel does not load it from the verifier unless its own table is NaN")
         files.notes.append(f"speculators layout: norm_before_residual false written (the speculators reader defaults "
-                           f"to true); speculative_tokens {c.max_depth} (the drafter's chain depth)")
+                           f"to true); speculative_tokens {c.max_depth} (the drafter's chain depth); the decoder "
+                           "layer as layers.0.* (speculators' own class reads no midlayer.*)")
         return files
 
 
