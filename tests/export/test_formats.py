@@ -88,6 +88,25 @@ def test_round_trip_is_bit_identical_for_every_format(family, reduced, tmp_path,
             DFlashDrafter.from_pretrained(out, target)  # flashdraft also loads the exported folder as it is
 
 
+def test_own_head_over_the_whole_vocabulary_exports_for_vllm_without_maps(tmp_path, qwen):
+    """draft_vocab_size = the target's vocabulary (an own head over every id): vLLM builds no draft-id map then and
+    refuses a d2t, so the head goes in target-id order without maps; speculators would swap in the verifier's head."""
+    src = make_drafter(tmp_path, qwen, draft_vocab=torch.arange(VOCAB), dtype=torch.float32)
+    cfg, w = read(export_drafter(src, "vllm", tmp_path / "v", qwen).out)
+    mine = load_file(str(src / "model.safetensors"))
+    assert cfg["draft_vocab_size"] == VOCAB and "d2t" not in w and "t2d" not in w
+    assert torch.equal(w["lm_head.weight"], mine["lm_head.weight"])  # d2t all zero: draft id = target id
+    import_drafter(tmp_path / "v", tmp_path / "back")
+    back, orig = DFlashDrafter.from_pretrained(tmp_path / "back", qwen), DFlashDrafter.from_pretrained(src, qwen)
+    assert back.cfg.draft_vocab_size == VOCAB and torch.equal(back.lm_head.weight, orig.lm_head.weight)
+    assert torch.equal(back.d2t, orig.d2t) and bool(back.t2d.all())
+    with pytest.raises(ExportError, match="verifier's on load"):
+        export_drafter(src, "speculators", tmp_path / "s", qwen)
+    cfg, w = read(export_drafter(make_drafter(tmp_path, qwen, "r", torch.arange(0, VOCAB, 3)), "vllm", tmp_path / "r2",
+                                 qwen).out)
+    assert cfg["draft_vocab_size"] == len(range(0, VOCAB, 3)) and "d2t" in w  # a reduced one keeps its map
+
+
 @pytest.mark.parametrize("fmt", ["zlab", "sglang"])
 def test_reduced_vocab_is_refused_where_it_cannot_be_expressed(fmt, tmp_path, qwen):
     src = make_drafter(tmp_path, qwen, draft_vocab=torch.arange(0, VOCAB, 3))

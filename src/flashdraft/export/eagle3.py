@@ -28,7 +28,7 @@ import torch
 
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
 from flashdraft.export.formats import (ARCHITECTURES, Exported, Exporter, ExportError, Source, register_exporter,
-                                       shipped_embedding, speculators_version)
+                                       shipped_embedding, speculators_version, vocab_tensors)
 from flashdraft.export.importers import (DERIVED, Importer, ImportError_, draft_target_ids, register_importer, rope_theta,
                                          t2d_from_d2t)
 from flashdraft.export.quirks import served_embedding_table
@@ -45,31 +45,6 @@ class Eagle3Exporter(Exporter):
 
     def read_config(self, path: Path) -> Eagle3Config:
         return Eagle3Drafter.load_config(path)
-
-
-def _vocab_tensors(src: Source, notes: list[str]) -> dict[str, torch.Tensor]:
-    """lm_head (+ d2t) as vLLM reads them for this drafter's vocabulary."""
-    c: Eagle3Config = src.config
-    t = src.tensors
-    for k in ("lm_head.weight", "d2t"):
-        if k not in t:
-            raise ExportError(f"drafter {src.path} has no {k!r} tensor; re-save it with Eagle3Drafter.save_pretrained")
-    head, d2t = t["lm_head.weight"], t["d2t"].long()  # [Vd, d], [Vd]
-    if head.shape[0] != c.draft_vocab_size or d2t.numel() != c.draft_vocab_size:
-        raise ExportError(f"drafter {src.path}: lm_head rows {head.shape[0]} / d2t {d2t.numel()} do not match "
-                          f"draft_vocab_size {c.draft_vocab_size}; re-save the drafter")
-    target_ids = torch.arange(c.draft_vocab_size) + d2t  # [Vd] draft id -> target id
-    if c.draft_vocab_size < c.vocab_size:
-        notes.append(f"reduced vocabulary: lm_head [{c.draft_vocab_size}, {c.hidden_size}] + d2t (vLLM scatters the "
-                     "draft logits into the target vocabulary; it ignores t2d, shipped for other readers)")
-        return {"lm_head.weight": head.contiguous(), "d2t": d2t.contiguous(), "t2d": t["t2d"].bool().contiguous()}
-    if sorted(target_ids.tolist()) != list(range(c.vocab_size)):
-        raise ExportError(f"drafter {src.path}: d2t does not map the draft vocabulary onto the {c.vocab_size} target ids "
-                          "one to one; re-save the drafter")
-    full = torch.empty_like(head)
-    full[target_ids] = head  # [V, d] rows in target-id order
-    notes.append("full vocabulary: lm_head in target-id order, no d2t/t2d (vLLM has no draft-id map then)")
-    return {"lm_head.weight": full.contiguous()}
 
 
 @register_exporter
@@ -92,7 +67,7 @@ class VLLMEagle3Exporter(Eagle3Exporter):
                  f"eagle_aux_hidden_state_layer_ids {aux} (vLLM: input of layer j)",
                  "norm_before_residual false: the decoder layer's residual is the un-normed fused feature"]
         tensors = {k: v.contiguous() for k, v in src.tensors.items() if k not in ("lm_head.weight", "d2t", "t2d")}
-        tensors.update(_vocab_tensors(src, notes))
+        tensors.update(vocab_tensors(src, notes))
         table = shipped_embedding(src, quirks, target, notes)
         if not table:
             notes.append("no embed_tokens shipped: vLLM shares the target's embedding (it transforms nothing)")

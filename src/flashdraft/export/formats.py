@@ -137,6 +137,33 @@ def _body(src: Source) -> dict[str, torch.Tensor]:
     return {k: v.contiguous() for k, v in src.tensors.items()}
 
 
+def vocab_tensors(src: Source, notes: list[str]) -> dict[str, torch.Tensor]:
+    """The own LM head (+ d2t, t2d) of a drafter with a draft vocabulary, as vLLM reads them: a reduced one as
+    lm_head [Vd, d] + d2t; one as large as the target's as lm_head in target-id order and no maps (vLLM builds
+    no draft-id map when draft_vocab_size equals the target's vocabulary, and refuses a d2t then)."""
+    c = src.config
+    t = src.tensors
+    for k in ("lm_head.weight", "d2t"):
+        if k not in t:
+            raise ExportError(f"drafter {src.path} has no {k!r} tensor; re-save it with its save_pretrained")
+    head, d2t = t["lm_head.weight"], t["d2t"].long()  # [Vd, d], [Vd]
+    if head.shape[0] != c.draft_vocab_size or d2t.numel() != c.draft_vocab_size:
+        raise ExportError(f"drafter {src.path}: lm_head rows {head.shape[0]} / d2t {d2t.numel()} do not match "
+                          f"draft_vocab_size {c.draft_vocab_size}; re-save the drafter")
+    target_ids = torch.arange(c.draft_vocab_size) + d2t  # [Vd] draft id -> target id
+    if c.draft_vocab_size < c.vocab_size:
+        notes.append(f"reduced vocabulary: lm_head [{c.draft_vocab_size}, {c.hidden_size}] + d2t (vLLM scatters the "
+                     "draft logits into the target vocabulary; it ignores t2d, shipped for other readers)")
+        return {"lm_head.weight": head.contiguous(), "d2t": d2t.contiguous(), "t2d": t["t2d"].bool().contiguous()}
+    if sorted(target_ids.tolist()) != list(range(c.vocab_size)):
+        raise ExportError(f"drafter {src.path}: d2t does not map the draft vocabulary onto the {c.vocab_size} target ids "
+                          "one to one; re-save the drafter")
+    full = torch.empty_like(head)
+    full[target_ids] = head  # [V, d] rows in target-id order
+    notes.append("full vocabulary: lm_head in target-id order, no d2t/t2d (vLLM has no draft-id map then)")
+    return {"lm_head.weight": full.contiguous()}
+
+
 def _reject_reduced_vocab(src: Source, fmt: str, reader: str) -> None:
     if src.config.draft_vocab_size is not None:
         raise ExportError(
@@ -209,7 +236,8 @@ class VLLMExporter(DFlashExporter):
             notes.append("mixed sliding/full layers: vLLM needs VLLM_USE_V2_MODEL_RUNNER=1 (serve-cmd adds it)")
         tensors = _body(src)
         if src.config.draft_vocab_size is not None:
-            notes.append(f"reduced vocabulary: lm_head [{src.config.draft_vocab_size}, d] + d2t (vLLM ignores t2d)")
+            tensors = {k: v for k, v in tensors.items() if k not in ("lm_head.weight", "d2t", "t2d")}
+            tensors.update(vocab_tensors(src, notes))
         tensors.update(shipped_embedding(src, quirks, target, notes))
         return Exported(cfg, tensors, notes, speculative_config=_dflash_speculative_config(src))
 
@@ -236,6 +264,11 @@ class SpeculatorsExporter(DFlashExporter):
                 f"drafter {src.path} mixes sliding (causal) and full (bidirectional) layers {lt}; the speculators format "
                 "has one switch (sliding_window_non_causal) for all layers, so vLLM would run some layers with the "
                 "wrong mask. Export with --to vllm or --to zlab instead")
+        if c.draft_vocab_size is not None and c.draft_vocab_size >= c.vocab_size:
+            raise ExportError(
+                f"drafter {src.path} has its own LM head over the whole vocabulary (draft_vocab_size "
+                f"{c.draft_vocab_size} = the target's): speculators replaces a full-vocabulary DFlash head with the "
+                "verifier's on load, so its drafts would change. Export it with --to vllm")
         zl = _zlab_config(src)
         layer_cfg = {k: v for k, v in zl.items() if k not in SPEC_TOP}
         inner_extra = {k: v for k, v in zl["dflash_config"].items() if k not in ("mask_token_id", "target_layer_ids")}

@@ -226,6 +226,8 @@ class DFlashImporter(Importer):
                 notes.append("dropped a full-vocabulary lm_head.weight (flashdraft borrows the target's LM head)")
                 continue
             out[k] = v.contiguous()
+        if cfg.draft_vocab_size == cfg.vocab_size and "d2t" not in out:  # an own head over every id, in target order
+            out["d2t"] = torch.zeros(cfg.vocab_size, dtype=torch.long)
         if cfg.draft_vocab_size is not None and "t2d" not in out and "d2t" in out:
             out["t2d"] = t2d_from_d2t(out["d2t"], cfg.vocab_size)
         return out
