@@ -101,3 +101,34 @@ def test_records_without_a_domain_field_are_labelled_by_the_classifier(tmp_path)
 
     ex, _ = load_examples([tmp_path / "r.jsonl"], target, 512, 4, classify=domain_classifier())
     assert [e.domain for e in ex] == ["coding", "math"]
+
+
+def sized_target(vocab: int, hidden: int, body: int):
+    """A target with ``body`` decoder parameters besides its embedding (as head_share counts them)."""
+    decoder = torch.nn.Module()
+    decoder.embed_tokens = torch.nn.Embedding(1, 1)
+    decoder.body = torch.nn.Parameter(torch.empty(body, device="meta"))  # counted, never allocated
+    return SimpleNamespace(vocab_size=vocab, hidden_size=hidden, model=SimpleNamespace(get_decoder=lambda: decoder))
+
+
+def test_auto_draft_vocab_size_follows_the_heads_share_of_a_verify_round():
+    from flashdraft.models.draft_vocab import AUTO_HEAD_SHARE, auto_draft_vocab_size, head_share
+
+    big = sized_target(128_256, 8192, 69_000_000_000)  # a 70B-class target: its whole head is cheap next to the body
+    # (B-1) * V * d / (B * (body + V * d)) worked out by hand for B = 16
+    assert abs(head_share(big, 128_256, 16) - 15 * 128_256 * 8192 / (16 * (69e9 + 128_256 * 8192))) < 1e-12
+    assert head_share(big, 128_256, 16) < AUTO_HEAD_SHARE and auto_draft_vocab_size(big, 16) is None
+    small = sized_target(262_144, 640, 100_000_000)  # a 270M target whose 262k head is most of its compute
+    size = auto_draft_vocab_size(small, 16)
+    assert size < 262_144 and head_share(small, size, 16) <= AUTO_HEAD_SHARE
+    assert size == 8192 or head_share(small, 2 * size, 16) > AUTO_HEAD_SHARE  # the largest that fits
+    tiny_body = sized_target(262_144, 640, 1)  # nothing fits: the smallest size
+    assert auto_draft_vocab_size(tiny_body, 16) == 8192
+
+
+def test_train_resolves_auto_for_its_target(tmp_path):
+    from flashdraft.train.config import TrainConfig
+
+    target = tiny_target("qwen3")  # 96 ids: its whole head is a small share of the tiny body
+    assert TrainConfig(draft_vocab_size="auto").resolved_draft_vocab_size(target) is None
+    assert TrainConfig(draft_vocab_size=40).resolved_draft_vocab_size(target) == 40

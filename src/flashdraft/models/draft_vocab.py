@@ -57,6 +57,30 @@ def reserved_token_ids(counts: dict[str, torch.Tensor], size: int, reserve: floa
     return taken.nonzero().flatten()
 
 
+# Draft vocabulary sizes ``auto`` chooses among, and the share of a verify round's target compute the drafter's
+# LM head may cost (see :func:`auto_draft_vocab_size` and "Draft vocabulary size" in docs/results.md).
+AUTO_SIZES = (8192, 16384, 32768, 65536)
+AUTO_HEAD_SHARE = 0.05
+
+
+def head_share(target, size: int, block_size: int) -> float:
+    """The drafter's LM head over ``size`` ids for the B-1 drafted slots of a round, as a share of the target's
+    compute for the B tokens it verifies (multiply-adds of its decoder body and LM head)."""
+    body = sum(p.numel() for n, p in target.model.get_decoder().named_parameters() if "embed" not in n)
+    per_token = body + target.vocab_size * target.hidden_size
+    return (block_size - 1) * size * target.hidden_size / (block_size * per_token)
+
+
+def auto_draft_vocab_size(target, block_size: int) -> int | None:
+    """``draft_vocab_size: auto``: None (the target's whole vocabulary, through its own LM head) when that head
+    costs at most AUTO_HEAD_SHARE of a verify round (:func:`head_share`), else the largest of AUTO_SIZES that
+    does (at least the smallest)."""
+    if head_share(target, target.vocab_size, block_size) <= AUTO_HEAD_SHARE:
+        return None
+    fits = [n for n in AUTO_SIZES if n < target.vocab_size and head_share(target, n, block_size) <= AUTO_HEAD_SHARE]
+    return max(fits) if fits else min(AUTO_SIZES[0], target.vocab_size)
+
+
 def vocab_coverage(t2d: torch.Tensor, sequences: list[list[int]], max_run: int) -> dict:
     """How much of ``sequences`` (target token ids, e.g. the target's own outputs) a draft vocabulary ``t2d``
     [V] (bool) can propose: ``share``, the fraction of tokens inside it, and ``runs[k - 1]``, the fraction of

@@ -152,7 +152,7 @@ def check_resume_shape(cfg, drafter_cfg, checkpoint: Path) -> None:
     diff = []
     for field, attr in SHAPE_FIELDS.items():
         want, have = getattr(cfg, field), getattr(drafter_cfg, attr, None)
-        if field in cfg.model_fields_set and want is not None and have is not None and want != have:
+        if field in cfg.model_fields_set and want not in (None, "auto") and have is not None and want != have:
             diff.append(f"{field} {want} (checkpoint: {have})")
     if diff:
         raise TrainError(f"resuming {checkpoint} with another drafter shape: {', '.join(diff)}; resume with the "

@@ -26,9 +26,9 @@ def train(
     grad_accum: Optional[int] = typer.Option(None, "--grad-accum"),
     max_anchors: Optional[int] = typer.Option(None, "--max-anchors"),
     loss: Optional[str] = typer.Option(None, "--loss", help="ce (target tokens) or kl (target logits)"),
-    draft_vocab_size: Optional[int] = typer.Option(
-        None, "--draft-vocab-size", help="reduced draft vocabulary of N ids (d2t/t2d); its coverage per domain is "
-        "printed and saved in the drafter folder (vocab_coverage.json)"),
+    draft_vocab_size: Optional[str] = typer.Option(
+        None, "--draft-vocab-size", help="reduced draft vocabulary of N ids (d2t/t2d), or auto (by the target's "
+        "size); its coverage per domain is printed and saved in the drafter folder (vocab_coverage.json)"),
     draft_vocab_reserve: Optional[float] = typer.Option(
         None, "--draft-vocab-reserve", help="share of the draft vocabulary split evenly over the data's domains"),
     draft_vocab_corpus: Optional[list[str]] = typer.Option(

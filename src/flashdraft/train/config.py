@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -29,9 +30,10 @@ class TrainConfig(Section):
     mask_token_id: int | None = None
     intermediate_size: int | None = None
     init_norm_from_target: bool = Field(True, description="fresh drafters: final norm starts at the target's scale")
-    draft_vocab_size: int | None = Field(
-        None, ge=1, description="reduced draft vocabulary: the N most frequent supervised tokens of the data (d2t/t2d)"
-    )
+    draft_vocab_size: int | Literal["auto"] | None = Field(
+        None, description="reduced draft vocabulary: the N most frequent supervised tokens of the data (d2t/t2d); "
+        "auto: the target's whole vocabulary where its LM head is cheap next to a verify round, else the largest "
+        "of 8k/16k/32k/64k that is (flashdraft.models.draft_vocab.auto_draft_vocab_size)")
     draft_vocab_reserve: float = Field(0.0, ge=0, le=1, description=(
         "share of the draft vocabulary split evenly over the data's domains (and the corpus's), each share filled "
         "with that domain's own most frequent tokens first, so a minority domain is not crowded out"))
@@ -175,6 +177,27 @@ class TrainConfig(Section):
         if len(set(names)) != len(names):
             raise ValueError(f"variant names must differ, got {names}")
         return self
+
+    @field_validator("draft_vocab_size")
+    @classmethod
+    def _positive_vocab(cls, size):
+        if isinstance(size, int) and size < 1:
+            raise ValueError(f"draft_vocab_size {size} must be >= 1, 'auto' or unset (the target's vocabulary)")
+        return size
+
+    def resolved_draft_vocab_size(self, target, block_size: int | None = None) -> int | None:
+        """draft_vocab_size with ``auto`` resolved for ``target`` (and a drafter of ``block_size``, default this
+        config's), printed where it was auto."""
+        if self.draft_vocab_size != "auto":
+            return self.draft_vocab_size
+        from flashdraft.models.draft_vocab import auto_draft_vocab_size, head_share
+
+        B = block_size or self.block_size
+        size = auto_draft_vocab_size(target, B)
+        share = head_share(target, size or target.vocab_size, B)
+        print(f"draft_vocab_size auto: {size or 'the whole vocabulary'} ({target.vocab_size:,} ids in the target; the "
+              f"drafter's head costs {share:.1%} of a verify round of {B} tokens)", file=sys.stderr)
+        return size
 
     def draft_vocab(self, examples, target, size: int):
         """The ``size`` draft ids this config draws from ``examples`` (reserve and corpus applied) -> [size]."""

@@ -408,8 +408,9 @@ class DFlashObjective(BlockMetrics):
     def new_drafter(cls, target: Target, cfg, examples):
         """A fresh DFlash drafter shaped by ``cfg`` (a reduced vocabulary from the data's token frequencies)."""
         vocab = None
-        if cfg.draft_vocab_size:
-            vocab = cfg.draft_vocab(examples, target, cfg.draft_vocab_size)
+        size = cfg.resolved_draft_vocab_size(target)
+        if size:
+            vocab = cfg.draft_vocab(examples, target, size)
         drafter = drafter_class("DFlashDraftModel").for_target(
             target, num_layers=cfg.num_layers, block_size=cfg.block_size, target_layer_ids=cfg.target_layer_ids,
             mask_token_id=cfg.mask_token_id, intermediate_size=cfg.intermediate_size, seed=cfg.seed,

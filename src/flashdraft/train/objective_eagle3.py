@@ -90,7 +90,8 @@ class Eagle3Objective(BlockMetrics):
         """A fresh EAGLE-3 drafter: draft vocabulary from the data's token frequencies (``draft_vocab_size``,
         default min(32000, V)), ``lm_head`` from the target's rows of those ids, embedding = the target's
         (frozen, borrowed), max_depth = ttt_steps; final norm from the target's (``init_norm_from_target``)."""
-        size = min(cfg.draft_vocab_size or DEFAULT_DRAFT_VOCAB, target.vocab_size)
+        size = min(cfg.resolved_draft_vocab_size(target, cfg.ttt_steps + 1) or (
+            target.vocab_size if cfg.draft_vocab_size == "auto" else DEFAULT_DRAFT_VOCAB), target.vocab_size)
         vocab = cfg.draft_vocab(examples, target, size)
         drafter = drafter_class("LlamaForCausalLMEagle3").for_target(
             target, target_layer_ids=cls.feature_layer_ids(target, cfg), draft_vocab=vocab, max_depth=cfg.ttt_steps,
