@@ -60,7 +60,7 @@ def reserved_token_ids(counts: dict[str, torch.Tensor], size: int, reserve: floa
 # Draft vocabulary sizes ``auto`` chooses among, and the share of a verify round's target compute the drafter's
 # LM head may cost (see :func:`auto_draft_vocab_size` and "Draft vocabulary size" in docs/results.md).
 AUTO_SIZES = (8192, 16384, 32768, 65536)
-AUTO_HEAD_SHARE = 0.05
+AUTO_HEAD_SHARE = 0.025
 
 
 def head_share(target, size: int, block_size: int) -> float:
