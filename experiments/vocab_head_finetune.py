@@ -56,7 +56,7 @@ def main() -> None:
         out.loss.backward()
         opt.step()
         hit = float(out.correct[..., 1].sum()) / max(float((blocks.weights[..., 1] > 0).sum()), 1.0)
-        log.append({"step": step, "loss": float(out.loss), "slot1_acc": hit, "s": time.perf_counter() - t0})
+        log.append({"step": step, "loss": float(out.loss.detach()), "slot1_acc": hit, "s": time.perf_counter() - t0})
         if step % 10 == 0 or step == a.steps:
             print(json.dumps(log[-1]), flush=True)
     d.eval()

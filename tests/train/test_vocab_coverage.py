@@ -129,6 +129,6 @@ def test_auto_draft_vocab_size_follows_the_heads_share_of_a_verify_round():
 def test_train_resolves_auto_for_its_target(tmp_path):
     from flashdraft.train.config import TrainConfig
 
-    target = tiny_target("qwen3")  # 96 ids: its whole head is a small share of the tiny body
+    target = tiny_target("qwen3")  # 96 ids: fewer than the smallest reduced size, so its own head over all
     assert TrainConfig(draft_vocab_size="auto").resolved_draft_vocab_size(target) is None
     assert TrainConfig(draft_vocab_size=40).resolved_draft_vocab_size(target) == 40

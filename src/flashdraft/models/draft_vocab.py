@@ -74,11 +74,13 @@ def head_share(target, size: int, block_size: int) -> float:
 def auto_draft_vocab_size(target, block_size: int) -> int | None:
     """``draft_vocab_size: auto``: None (the target's whole vocabulary, through its own LM head) when that head
     costs at most AUTO_HEAD_SHARE of a verify round (:func:`head_share`), else the largest of AUTO_SIZES that
-    does (at least the smallest)."""
+    does (at least the smallest; None where the target's vocabulary is no larger than that)."""
     if head_share(target, target.vocab_size, block_size) <= AUTO_HEAD_SHARE:
         return None
     fits = [n for n in AUTO_SIZES if n < target.vocab_size and head_share(target, n, block_size) <= AUTO_HEAD_SHARE]
-    return max(fits) if fits else min(AUTO_SIZES[0], target.vocab_size)
+    if fits:
+        return max(fits)
+    return None if target.vocab_size <= AUTO_SIZES[0] else AUTO_SIZES[0]  # nothing smaller to draw
 
 
 def vocab_coverage(t2d: torch.Tensor, sequences: list[list[int]], max_run: int) -> dict:
