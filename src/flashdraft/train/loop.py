@@ -29,13 +29,13 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from flashdraft.io import atomic_write_text, check_output_dir, make_output_dir
+from flashdraft.models.draft_vocab import format_coverage
 from flashdraft.models.drafter import Drafter, load_drafter
 from flashdraft.models.forward import target_pass
 from flashdraft.train.checkpoint import (
     check_resume_shape, checkpoint_steps, load_checkpoint, prune_checkpoints, read_best, save_checkpoint, write_best,
 )
 from flashdraft.train.config import TrainConfig
-from flashdraft.models.draft_vocab import format_coverage
 from flashdraft.train.data import DataStats, DataStream, Example, collate, coverage_by_domain, domain_classifier, load_examples
 from flashdraft.train.diagnostics import (
     NgramBaseline, calibrate_tree, feature_scale, feature_stats, format_feature_stats, format_report, heldout_report,
