@@ -28,17 +28,22 @@ ANCHORS = torch.tensor([3, 7, 12, 18])
 TOLERANCE = 1e-5  # fp32 block logits, largest absolute difference (measured: 5e-7 .. 1.5e-6)
 
 
+@torch.no_grad()
+def move_norms(drafter) -> None:
+    """Move every norm weight (the 1-D parameters) off 1, seeded, so a norm read wrongly shows."""
+    for p in drafter.parameters():
+        if p.ndim == 1:
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.1)
+
+
 def exported_pair(tmp: Path, family: str, draft_vocab: torch.Tensor | None):
-    """A flashdraft drafter (norms moved off 1 so they count) saved and exported --to speculators; the target, the
+    """A flashdraft drafter (:func:`move_norms`) saved and exported --to speculators; the target, the
     drafter as flashdraft loads it and the export as speculators' DFlashDraftModel loads it (eager attention)."""
     target = tiny_target(family)
     target.model.save_pretrained(tmp / "verifier")  # what speculators reads the verifier's weights from
     d = DFlashDrafter.for_target(target, num_layers=2, block_size=B, target_layer_ids=[1, 3], mask_token_id=MASK_ID,
                                  seed=1, draft_vocab=draft_vocab)
-    with torch.no_grad():
-        for p in d.parameters():
-            if p.ndim == 1:
-                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.1)
+    move_norms(d)
     d.save_pretrained(tmp / "flashdraft")
     out = export_drafter(tmp / "flashdraft", "speculators", tmp / "speculators", target, str(tmp / "verifier")).out
     cfg = DFlashSpeculatorConfig.from_pretrained(out)
@@ -174,10 +179,7 @@ def test_speculators_eagle3_model_gives_flashdraft_logits_at_every_step(tmp_path
     target = tiny_target(family)
     target.model.save_pretrained(tmp_path / "verifier")
     d = Eagle3Drafter.for_target(target, target_layer_ids=[1, 2, 3], draft_vocab=torch.arange(3, 60), max_depth=3, seed=1)
-    with torch.no_grad():
-        for p in d.parameters():
-            if p.ndim == 1:
-                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.1)
+    move_norms(d)
     d.save_pretrained(tmp_path / "flashdraft")
     out = export_drafter(tmp_path / "flashdraft", "speculators", tmp_path / "speculators", target,
                          str(tmp_path / "verifier")).out

@@ -28,7 +28,7 @@ import torch
 
 from flashdraft.export.conventions import CONVENTIONS, ConventionError
 from flashdraft.export.formats import (ARCHITECTURES, Exported, Exporter, ExportError, Source, register_exporter,
-                                       shipped_embedding, speculators_version, vocab_tensors)
+                                       shipped_embedding, speculators_version, with_vocab_head)
 from flashdraft.export.importers import (DERIVED, Importer, ImportError_, draft_target_ids, register_importer, rope_theta,
                                          t2d_from_d2t)
 from flashdraft.export.quirks import served_embedding_table
@@ -66,8 +66,7 @@ class VLLMEagle3Exporter(Eagle3Exporter):
         notes = [f"layer ids: eagle3_config.target_layer_ids {ids} (flashdraft: layer outputs) = "
                  f"eagle_aux_hidden_state_layer_ids {aux} (vLLM: input of layer j)",
                  "norm_before_residual false: the decoder layer's residual is the un-normed fused feature"]
-        tensors = {k: v.contiguous() for k, v in src.tensors.items() if k not in ("lm_head.weight", "d2t", "t2d")}
-        tensors.update(vocab_tensors(src, notes))
+        tensors = with_vocab_head({k: v.contiguous() for k, v in src.tensors.items()}, src, notes)
         table = shipped_embedding(src, quirks, target, notes)
         if not table:
             notes.append("no embed_tokens shipped: vLLM shares the target's embedding (it transforms nothing)")

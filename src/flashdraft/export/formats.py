@@ -31,6 +31,13 @@ from flashdraft.models.target import Target, portable_target_name
 
 MANIFEST = "flashdraft_export.json"
 SPECULATORS_VERSION = "0.9.0"  # the newest speculators release whose DFlash / EAGLE-3 files these exports are checked against
+# config.json architectures[0] -> exporter registry key (a family module adds its own entry)
+ARCHITECTURES: dict[str, str] = {"DFlashDraftModel": "dflash"}
+# Target families whose HF embedding transform SGLang also applies inside its embedding module
+# (read in SGLang's gemma3_causal.py); SGLang's DFlash model cannot carry its own table.
+SGLANG_EMBED_IN_MODULE = {"gemma3_text", "gemma3"}
+# A drafter's own head over its draft vocabulary and the maps between draft and target ids
+VOCAB_TENSORS = ("lm_head.weight", "d2t", "t2d")
 
 
 def speculators_version() -> str:
@@ -41,11 +48,6 @@ def speculators_version() -> str:
         return version("speculators")
     except PackageNotFoundError:
         return SPECULATORS_VERSION
-# config.json architectures[0] -> exporter registry key (a family module adds its own entry)
-ARCHITECTURES: dict[str, str] = {"DFlashDraftModel": "dflash"}
-# Target families whose HF embedding transform SGLang also applies inside its embedding module
-# (read in SGLang's gemma3_causal.py); SGLang's DFlash model cannot carry its own table.
-SGLANG_EMBED_IN_MODULE = {"gemma3_text", "gemma3"}
 
 
 class ExportError(FlashdraftError, ValueError):
@@ -137,10 +139,14 @@ def _body(src: Source) -> dict[str, torch.Tensor]:
     return {k: v.contiguous() for k, v in src.tensors.items()}
 
 
-def vocab_tensors(src: Source, notes: list[str]) -> dict[str, torch.Tensor]:
-    """The own LM head (+ d2t, t2d) of a drafter with a draft vocabulary, as vLLM reads them: a reduced one as
-    lm_head [Vd, d] + d2t; one as large as the target's as lm_head in target-id order and no maps (vLLM builds
-    no draft-id map when draft_vocab_size equals the target's vocabulary, and refuses a d2t then)."""
+def with_vocab_head(tensors: dict[str, torch.Tensor], src: Source, notes: list[str]) -> dict[str, torch.Tensor]:
+    """``tensors`` with the own LM head (+ d2t, t2d) of a drafter with a draft vocabulary as vLLM reads them: a
+    reduced one as lm_head [Vd, d] + d2t; one as large as the target's as lm_head in target-id order and no maps
+    (vLLM builds no draft-id map when draft_vocab_size equals the target's vocabulary, and refuses a d2t then)."""
+    return {**{k: v for k, v in tensors.items() if k not in VOCAB_TENSORS}, **_vocab_head(src, notes)}
+
+
+def _vocab_head(src: Source, notes: list[str]) -> dict[str, torch.Tensor]:
     c = src.config
     t = src.tensors
     for k in ("lm_head.weight", "d2t"):
@@ -236,8 +242,7 @@ class VLLMExporter(DFlashExporter):
             notes.append("mixed sliding/full layers: vLLM needs VLLM_USE_V2_MODEL_RUNNER=1 (serve-cmd adds it)")
         tensors = _body(src)
         if src.config.draft_vocab_size is not None:
-            tensors = {k: v for k, v in tensors.items() if k not in ("lm_head.weight", "d2t", "t2d")}
-            tensors.update(vocab_tensors(src, notes))
+            tensors = with_vocab_head(tensors, src, notes)
         tensors.update(shipped_embedding(src, quirks, target, notes))
         return Exported(cfg, tensors, notes, speculative_config=_dflash_speculative_config(src))
 

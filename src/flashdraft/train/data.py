@@ -229,8 +229,6 @@ def draft_vocab_for(examples: list[Example], target, size: int, reserve: float =
     (:func:`~flashdraft.models.draft_vocab.reserved_token_ids`), the target's end-of-turn ids always in
     -> sorted ids [size]."""
     V = target.vocab_size
-    if not 0 < size <= V:
-        raise TrainError(f"draft_vocab_size {size} must be in 1..{V} (the target's vocabulary)")
     counts = domain_counts(examples, V)
     for d, c in (corpus_counts(list(corpus), target, domain_field) if corpus else {}).items():
         counts[d] = counts[d] + c if d in counts else c
