@@ -94,33 +94,45 @@ def best_first_tree(root: int, log_probs: torch.Tensor, budget: int, ids: torch.
     log_probs: [L, C] drafter log-probabilities per depth (marginals, not conditionals); ``ids`` [C] the
     target id of each column as for :func:`argmax_chain`. Only the top min(budget, C) tokens per depth
     can appear (a prefix never outranks its parent), so after one top-k the heap explores rank tuples
-    best-first: each pop adds a prefix and pushes its next sibling (same depth, next rank) and its
-    first child (next depth, rank 0). O(budget log budget).
+    best-first (:func:`best_first_tree_by`). O(budget log budget).
     """
     if budget < 1:
         raise ValueError(f"tree budget must be >= 1, got {budget}")
     depth_max, vocab = log_probs.shape
-    k = min(budget, vocab)
-    top_lp, top_cols = log_probs.float().topk(k, dim=-1)  # [L, k]
+    top_lp, top_cols = log_probs.float().topk(min(budget, vocab), dim=-1)  # [L, k]
     lp, ids = top_lp.tolist(), (top_cols if ids is None else ids[top_cols]).tolist()  # one device-to-host copy
+    return best_first_tree_by(root, lambda d, parent_token: (lp[d], ids[d]), depth_max, budget)
 
+
+def best_first_tree_by(root: int, children_of, depth_max: int, budget: int) -> DraftTree:
+    """The ``budget`` prefixes with the highest summed log-probability, where ``children_of(d, token)`` gives the
+    candidates at depth index d (0-based) after a node holding ``token``: (log-probabilities, best first; their
+    target ids), each <= 0, so a prefix never outranks its parent. The heap explores best-first: each pop adds a
+    prefix and pushes its next sibling (same parent, next rank) and its first child (next depth, rank 0);
+    ``children_of`` is called once per node whose children are reached."""
+    if budget < 1:
+        raise ValueError(f"tree budget must be >= 1, got {budget}")
     tree = DraftTree(tokens=[root], parents=[-1], depths=[0], scores=[0.0], children=[{}])
-    # heap entry: (-score, parent node, depth index (0-based into L), rank)
-    heap = [(-lp[0][0], 0, 0, 0)]
+    options = {0: children_of(0, root)}  # node -> (log-probs, ids) of its children
+    # heap entry: (-score, parent node, depth index (0-based), rank)
+    heap = [(-options[0][0][0], 0, 0, 0)] if options[0][0] else []
     while heap and len(tree.tokens) - 1 < budget:
         neg, parent, d, r = heapq.heappop(heap)
         if neg == float("inf"):
             break  # only -inf (impossible) prefixes remain
+        lp, ids = options[parent]
         node = len(tree.tokens)
-        tok = ids[d][r]
+        tok = ids[r]
         tree.tokens.append(tok)
         tree.parents.append(parent)
         tree.depths.append(d + 1)
         tree.scores.append(-neg)
         tree.children.append({})
         tree.children[parent][tok] = node
-        if r + 1 < k:
-            heapq.heappush(heap, (-(tree.scores[parent] + lp[d][r + 1]), parent, d, r + 1))
+        if r + 1 < len(lp):
+            heapq.heappush(heap, (-(tree.scores[parent] + lp[r + 1]), parent, d, r + 1))
         if d + 1 < depth_max:
-            heapq.heappush(heap, (neg - lp[d + 1][0], node, d + 1, 0))
+            options[node] = children_of(d + 1, tok)
+            if options[node][0]:
+                heapq.heappush(heap, (neg - options[node][0][0], node, d + 1, 0))
     return tree
