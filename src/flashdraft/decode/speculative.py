@@ -296,9 +296,16 @@ class DDTreeDecoder(SpeculativeDecoder):
             self._costs = verify_costs(self.target, self.budget + 1, max_rows=self.max_depth + 1)  # a spine's rows
         return cost_sized(tree, self._costs, keep, self.spine_min_logprob())
 
-    draft = DFlashDecoder.draft
+    def draft(self, tokens, feats):
+        if hasattr(self.drafter, "propose_candidates"):  # DFlash2: children scored after their own parent
+            hints = None if self.hints == "none" else lookup_hints(tokens, self.drafter.block_size - 1,
+                                                                   self.drafter.mask_token_id)
+            return self.drafter.propose_candidates(tokens, feats, hints)
+        return draft_block(self.drafter, tokens, feats, self.hints)
 
     def draft_tree(self, root, proposal):
+        if not isinstance(proposal, tuple):  # DFlash2 candidates (its root is the bonus token it drafted after)
+            return self.sized(proposal.tree(self.budget, self.tree_temperature))
         logits, ids = proposal  # [B-1, C], [C] or None
         return self.sized(best_first_tree(root, self.marginals(logits), self.budget, ids))
 

@@ -74,7 +74,7 @@ def register_importer(cls: type[Importer]) -> type[Importer]:
 
 
 def _builtin_importers() -> None:
-    from flashdraft.export import eagle3  # noqa: F401  (registers the EAGLE-3 importers)
+    from flashdraft.export import dflash2, eagle3  # noqa: F401  (registers the DFlash2 and EAGLE-3 importers)
 
 
 def _read(src: Path) -> tuple[dict, dict[str, torch.Tensor]]:

@@ -85,6 +85,11 @@ class TrainConfig(Section):
     checkpoint_lm_head: bool = Field(True, description="recompute LM-head chunks in backward (bounded memory)")
     ttt_steps: int = Field(7, ge=1, description="eagle3: training-time-test steps unrolled (= the drafter's max_depth)")
     ttt_decay: float = Field(0.8, gt=0, le=1, description="eagle3: weight ttt_decay ** k of unrolled step k")
+    conv_kernel_size: int = Field(2, ge=1, description="dflash2: causal taps of each local convolution in the block")
+    conv_group_size: int = Field(16, ge=1, description="dflash2: channels sharing one token-dependent kernel delta")
+    selector_rank: int = Field(256, ge=1, description="dflash2: width of the candidate selector's codebooks")
+    selector_top_k: int = Field(16, ge=1, description="dflash2: unary candidates the selector rescores per slot")
+    selector_loss_alpha: float = Field(1.0, ge=0, description="dflash2: weight of the selector loss beside the unary one")
     full_vocab_argmax: bool = Field(
         True, description="eagle3: drop slots whose target argmax (full vocabulary) lies outside the draft vocabulary; "
         "false: check the data token only (the same rule on the target's own greedy data; LM head over draft rows only)")
@@ -157,7 +162,7 @@ class TrainConfig(Section):
     def _check(self) -> "TrainConfig":
         if self.max_len < self.block_size:
             raise ValueError(f"max_len {self.max_len} is shorter than one block ({self.block_size}); raise max_len")
-        if self.block_hints == "lookup" and self.objective != "dflash":
+        if self.block_hints == "lookup" and self.objective not in ("dflash", "dflash2"):
             raise ValueError(f"block_hints 'lookup' fills a DFlash block's draft slots; objective {self.objective!r} "
                              "drafts token by token: drop block_hints or use objective dflash")
         if self.target_ranks and self.features:
@@ -221,6 +226,7 @@ class TrainConfig(Section):
 VARIANT_FIELDS = (
     "objective", "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
     "init_norm_from_target", "draft_vocab_size", "draft_vocab_reserve", "draft_vocab_corpus", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "loss_normaliser", "block_hints", "hint_prob", "loss",
-    "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "full_vocab_argmax", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
+    "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "full_vocab_argmax", "conv_kernel_size", "conv_group_size", "selector_rank",
+    "selector_top_k", "selector_loss_alpha", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",
 )

@@ -437,6 +437,12 @@ class DFlashObjective(BlockMetrics):
                    "slots": float((bl.weights > 0).sum())}[self.loss_normaliser]
         return bl
 
+    def extra_loss(self, h: torch.Tensor, sel: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor, blocks: Blocks,
+                   weights: torch.Tensor) -> torch.Tensor | float:
+        """A family's loss term beside the unary one, weighted like it (DFlash2's selector): h [b, A, B, d], sel
+        [b, A, B] the supervised slots, rows [m, d] = h[sel], labels [m] head columns, weights [m]. DFlash: 0."""
+        return 0.0
+
     def head(self, target: Target):
         if self._head is None or self._head[0] is not target:
             lm = LMHead(target)
@@ -513,6 +519,8 @@ class DFlashObjective(BlockMetrics):
         else:
             weights = blocks.weights[sel]
         total = (per_row_t * weights).sum()
+        if per_row:
+            total = total + self.extra_loss(h, sel, rows, labels, blocks, weights)
         if not torch.isfinite(total):
             raise TrainError(
                 f"non-finite loss ({float(total.detach())}): check the drafter weights (NaN init?), the features of target "

@@ -69,7 +69,7 @@ def register_objective(name: str) -> Callable[[type], type]:
 
 
 def objective_names() -> list[str]:
-    from flashdraft.train import objective, objective_eagle3  # noqa: F401  (register dflash, eagle3)
+    from flashdraft.train import objective, objective_dflash2, objective_eagle3  # noqa: F401  (register dflash, dflash2, eagle3)
 
     return sorted(OBJECTIVES)
 

@@ -45,6 +45,7 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
 
     norm_class = Qwen3RMSNorm
     config_class = DFlashConfig
+    layer_class = DFlashLayer  # DFlash2 wraps it in local convolutions
     folder_kind = "a DFlash drafter folder"
     unbound_reason = "its embedding and LM head are borrowed from the target and never saved"
 
@@ -54,7 +55,7 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         d = cfg.hidden_size
         self.fc = nn.Linear(len(cfg.target_layer_ids) * cfg.target_hidden_size, d, bias=False)
         self.hidden_norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
-        self.layers = nn.ModuleList(DFlashLayer(cfg, lt) for lt in cfg.layer_types)
+        self.layers = nn.ModuleList(self.layer_class(cfg, lt) for lt in cfg.layer_types)
         self.norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
         self.init_feature_scale()  # buffer feature_scale [K * target_hidden], folded into fc.weight on save
         self.vocab: DraftVocab | None = None  # reduced draft vocabulary: buffers d2t [Vd], t2d [vocab]
@@ -95,14 +96,16 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
         intermediate_size: int | None = None,
         seed: int = 0,
         draft_vocab: torch.Tensor | None = None,
+        **family_fields,
     ) -> "DFlashDrafter":
         """A freshly initialised drafter shaped for ``target`` (width, heads and vocabulary from it);
-        ``draft_vocab`` [Vd] target ids gives it a reduced vocabulary (see :meth:`set_draft_vocab`)."""
+        ``draft_vocab`` [Vd] target ids gives it a reduced vocabulary (see :meth:`set_draft_vocab`);
+        ``family_fields``: config fields of a subclass's family (DFlash2's convolutions and selector)."""
         tc = target.config
         ids = target_layer_ids if target_layer_ids is not None else target.default_layer_ids(num_layers)
         check_target_layer_ids(ids, target.num_layers, target.name)
         head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
-        cfg = DFlashConfig(
+        cfg = cls.config_class(
             block_size=block_size,
             dflash_config=DFlashInner(
                 mask_token_id=mask_token_id if mask_token_id is not None else target.find_mask_token_id(),
@@ -118,9 +121,9 @@ class DFlashDrafter(DrafterFamily, DraftVocabHead, FeatureScaled, nn.Module):
             head_dim=head_dim,
             rms_norm_eps=float(getattr(tc, "rms_norm_eps", 1e-6)),
             vocab_size=target.vocab_size,
+            draft_vocab_size=int(draft_vocab.numel()) if draft_vocab is not None else None,
+            **family_fields,
         )
-        if draft_vocab is not None:
-            cfg.draft_vocab_size = int(draft_vocab.numel())
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             drafter = cls(cfg)

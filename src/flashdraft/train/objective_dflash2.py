@@ -1,0 +1,97 @@
+"""The DFlash2 objective (registered as ``dflash2``): DFlash's unary loss, plus the candidate selector's.
+
+The unary loss is :class:`~flashdraft.train.objective.DFlashObjective`'s, every slot weighting included. The
+selector loss is teacher-forced: for each supervised slot, the ``selector_top_k`` best unary columns are the
+candidates (the label put in place of the last one where the unary top-k misses it, so every slot has a label),
+rescored given the true token before the slot (the anchor's token for slot 1), and cross-entropy over the K
+scores is weighted by the slot's unary weight and added ``selector_loss_alpha`` times. The candidate set is
+chosen without gradient; the scores carry it into both the selector and the unary head.
+
+Its metrics add the unary candidate recall at K (label in the unary top-k) and the selector's teacher-forced
+accuracy on the slots where the label was a candidate (what serving can pick).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from flashdraft.models.drafter import drafter_class
+from flashdraft.train.objective import Blocks, DFlashObjective, TrainError, chunked_rows, init_norm_from_target
+from flashdraft.train.objectives import pair, register_objective
+
+
+def selector_candidates(unary: torch.Tensor, labels: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """unary [m, C] logits, labels [m] columns -> (candidates [m, k], the label's place [m], label in the top-k [m])."""
+    cand = unary.detach().topk(k, dim=-1).indices  # [m, k]
+    hit = cand == labels[:, None]
+    inside = hit.any(-1)
+    cand[:, -1] = torch.where(inside, cand[:, -1], labels)
+    place = torch.where(inside, hit.float().argmax(-1), torch.full_like(labels, k - 1))
+    return cand, place, inside
+
+
+def _selector_chunk(drafter, head, rows, labels, prev):
+    """Selector CE [m] and (label in the top-k, selector right) [m] bools for one chunk of rows."""
+    unary = head(rows)  # [m, C] fp32
+    cand, place, inside = selector_candidates(unary, labels, drafter.top_k)
+    scores = unary.gather(1, cand) + drafter.candidate_selector.transition(rows, prev, cand)  # [m, K]
+    ce = F.cross_entropy(scores, place, reduction="none")
+    return ce, inside, inside & (scores.detach().argmax(-1) == place)
+
+
+@register_objective("dflash2")
+class DFlash2Objective(DFlashObjective):
+    """DFlash's objective plus the selector's (see the module docstring)."""
+
+    CONFIG_FIELDS = DFlashObjective.CONFIG_FIELDS + ("selector_loss_alpha",)
+
+    def __init__(self, drafter, *, selector_loss_alpha: float = 1.0, **kw):
+        if kw.get("loss_vocab") is not None:
+            raise TrainError("loss_vocab (sampled softmax) is not supported with objective dflash2: the selector needs "
+                             "the unary top-k over the whole head; drop loss_vocab")
+        if not hasattr(drafter, "candidate_selector"):
+            raise TrainError(f"objective dflash2 trains a DFlash2 drafter, not a {type(drafter).__name__}; start "
+                             "from a fresh one or a DFlash2 folder")
+        super().__init__(drafter, **kw)
+        self.selector_loss_alpha = selector_loss_alpha
+        self._selector_stats = (0.0, 0.0, 0.0)  # label in top-k, selector right, supervised slots (last call)
+
+    @classmethod
+    def new_drafter(cls, target, cfg, examples):
+        """A fresh DFlash2 drafter shaped by ``cfg`` (DFlash's fields, the convolutions' and the selector's)."""
+        size = cfg.resolved_draft_vocab_size(target)
+        vocab = cfg.draft_vocab(examples, target, size) if size else None
+        drafter = drafter_class("DFlash2DraftModel").for_target(
+            target, num_layers=cfg.num_layers, block_size=cfg.block_size, target_layer_ids=cfg.target_layer_ids,
+            mask_token_id=cfg.mask_token_id, intermediate_size=cfg.intermediate_size, seed=cfg.seed,
+            draft_vocab=vocab, conv_kernel_size=cfg.conv_kernel_size, conv_group_size=cfg.conv_group_size,
+            selector_rank=cfg.selector_rank, selector_top_k=cfg.selector_top_k,
+        )
+        if cfg.init_norm_from_target:
+            init_norm_from_target(drafter, target)
+        return drafter
+
+    def extra_loss(self, h, sel, rows, labels, blocks: Blocks, weights):
+        prev = torch.cat([blocks.labels[..., :1], blocks.labels[..., :-1]], dim=-1)[sel]  # [m] the token before each slot
+        head = self.head(self.drafter.target)
+        outs = chunked_rows(_selector_chunk, rows.shape[0], self.chunk, self.checkpoint_lm_head,
+                            lambda c: (self.drafter, head, rows[c], labels[c], prev[c]))
+        ce = torch.cat([o[0] for o in outs])  # [m]
+        inside, right = torch.cat([o[1] for o in outs]), torch.cat([o[2] for o in outs])
+        self._selector_stats = (float(inside.sum()), float(right.sum()), float(inside.numel()))
+        return self.selector_loss_alpha * (ce * weights).sum()
+
+    def metrics(self, out, batch, blocks):
+        m = super().metrics(out, batch, blocks)
+        inside, right, n = self._selector_stats
+        m["candidate_recall"] = pair(inside, n)
+        m["selector_acc"] = pair(right, inside)
+        return m
+
+    def summary(self, sums, normaliser):
+        s = super().summary(sums, normaliser)
+        for name in ("candidate_recall", "selector_acc"):
+            got, n = sums[name].tolist()
+            s[name] = got / n if n else float("nan")
+        return s

@@ -1,0 +1,79 @@
+"""The dflash2 objective through the unchanged Trainer: the loss falls, the selector's metrics are logged, the
+saved drafter reloads to the same proposals, resume is exact, and the eval and held-out diagnostics run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from flashdraft.models.dflash import DFlash2Drafter
+from flashdraft.models.drafter import load_drafter
+from flashdraft.train.loop import Trainer
+from flashdraft.train.objective import TrainError
+from flashdraft.train.objective_dflash2 import DFlash2Objective, selector_candidates
+from tests.tiny import random_prompts, tiny_target
+
+from .test_loop import make_cfg, write_data
+
+DFLASH2 = dict(objective="dflash2", block_size=4, conv_group_size=8, selector_rank=16, selector_top_k=8, lr=3e-3)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_data(tmp_path_factory.mktemp("data") / "train.jsonl")
+
+
+def test_selector_candidates_put_a_missing_label_last():
+    unary = torch.tensor([[5.0, 4.0, 3.0, 2.0, 1.0], [5.0, 4.0, 3.0, 2.0, 1.0]])
+    cand, place, inside = selector_candidates(unary, torch.tensor([1, 4]), 3)
+    assert cand.tolist() == [[0, 1, 2], [0, 1, 4]] and place.tolist() == [1, 2] and inside.tolist() == [True, False]
+
+
+def test_loss_falls_and_the_saved_drafter_proposes_the_same(tmp_path, data):
+    tr = Trainer(make_cfg(tmp_path, data, **DFLASH2, max_steps=12, eval_every=6, holdout=0.25),
+                 target=tiny_target("qwen3"), eval_prompts=random_prompts(2, 6))
+    res = tr.run()
+    losses = list(res.losses.values())
+    assert res.stopped == "done" and len(losses) == 12
+    assert sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
+    assert res.eval is not None and res.eval["tau"] >= 1
+    assert res.heldout and "drafter" in next(iter(res.heldout.values()))
+    train = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in train if r["kind"] == "train"]
+    assert 0 <= train[-1]["candidate_recall"] <= 1 and 0 <= train[-1]["selector_acc"] <= 1
+    assert train[-1]["candidate_recall"] > train[0]["candidate_recall"]
+    trained = tr.variants[0].drafter.eval()
+    loaded = load_drafter(res.final_drafter, trained.target)
+    assert type(loaded) is DFlash2Drafter
+    toks = torch.tensor(random_prompts(1, 14)[0])
+    feats = torch.randn(13, trained.fc.in_features)
+    trained.reset(), loaded.reset()
+    a, b = trained.propose_scores(toks, feats)[0], loaded.propose_scores(toks, feats)[0]
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
+    fin = torch.isfinite(a)
+    assert torch.equal(fin, torch.isfinite(b))
+    torch.testing.assert_close(a[fin], b[fin], rtol=1e-4, atol=1e-4)  # the feature scale folded into fc.weight
+
+
+def test_kill_and_resume_gives_the_same_losses(tmp_path, data):
+    full = Trainer(make_cfg(tmp_path / "a", data, **DFLASH2), target=tiny_target("qwen3")).run()
+    part = Trainer(make_cfg(tmp_path / "b", data, **DFLASH2), target=tiny_target("qwen3")).run(stop_after=3)
+    rest = Trainer(make_cfg(tmp_path / "b", data, **DFLASH2), target=tiny_target("qwen3")).run()
+    assert part.step == 3 and rest.step == 6
+    assert {**part.losses, **rest.losses} == full.losses  # bitwise-equal floats
+
+
+def test_dflash2_objective_refuses_a_dflash_drafter_and_sampled_softmax():
+    from flashdraft.models.dflash import DFlashDrafter
+    from tests.tiny import MASK_ID
+
+    target = tiny_target("qwen3")
+    plain = DFlashDrafter.for_target(target, num_layers=1, block_size=4, mask_token_id=MASK_ID)
+    with pytest.raises(TrainError, match="trains a DFlash2 drafter"):
+        DFlash2Objective(plain)
+    d2 = DFlash2Drafter.for_target(target, num_layers=1, block_size=4, mask_token_id=MASK_ID, conv_group_size=8,
+                                   selector_rank=8, selector_top_k=4)
+    with pytest.raises(TrainError, match="loss_vocab"):
+        DFlash2Objective(d2, loss_vocab=16)
