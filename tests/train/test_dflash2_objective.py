@@ -77,3 +77,43 @@ def test_dflash2_objective_refuses_a_dflash_drafter_and_sampled_softmax():
                                    selector_rank=8, selector_top_k=4)
     with pytest.raises(TrainError, match="loss_vocab"):
         DFlash2Objective(d2, loss_vocab=16)
+
+
+@torch.no_grad()
+def test_predictions_are_the_served_pick_unary_argmax_when_the_selector_adds_nothing():
+    """pred is the best rescored candidate after the true predecessor: with a selector that adds 0 it is the unary
+    argmax (DFlash's pred on the same weights); with one that names the label after its true predecessor, the
+    label wherever its true predecessor names it (every candidate is the whole vocabulary here)."""
+    from flashdraft.models.dflash import DFlashDrafter
+    from flashdraft.train.objective import Batch, DFlashObjective
+    from tests.tiny import MASK_ID, hf_greedy
+
+    target = tiny_target("qwen3")
+    d2 = DFlash2Drafter.for_target(target, num_layers=1, block_size=4, mask_token_id=MASK_ID, seed=2,
+                                   conv_group_size=8, selector_rank=96, selector_top_k=96)
+    d1 = DFlashDrafter.for_target(target, num_layers=1, block_size=4, mask_token_id=MASK_ID, seed=2)
+    d1.load_state_dict(d2.state_dict(), strict=False)
+    p = random_prompts(1, 6, seed=5)[0]
+    ids = p + hf_greedy(target, p, 20)
+    T = len(ids)
+    batch = Batch(torch.tensor([ids]), torch.tensor([[0] * 6 + [1] * 20], dtype=torch.bool),
+                  torch.zeros(1, T, dtype=torch.long), torch.arange(T)[None], [0])
+    o1, o2 = DFlashObjective(d1, max_anchors=6), DFlash2Objective(d2, max_anchors=6)
+    bl = o2.blocks(batch)
+    d2.candidate_selector.successor_codebook.zero_()
+    assert torch.equal(o2(batch, bl, 1.0).pred, o1(batch, bl, 1.0).pred)
+    sel = d2.candidate_selector  # transition(h, prev, c) = 1e4 when c is the token after prev in this sequence
+    sel.hidden_projection.weight.zero_()
+    d2.candidate_selector.hidden_projection.register_forward_hook(lambda m, args, out: out + 1.0)
+    sel.predecessor_codebook.zero_()
+    nxt = {}
+    for a, b in zip(ids[5:], ids[6:]):  # the supervised part: the first successor seen after each token
+        if nxt.setdefault(a, b) == b:
+            sel.predecessor_codebook[a, a] = 1.0
+            sel.successor_codebook[b, a] = 1e4
+    out = o2(batch, bl, 1.0)
+    prev = torch.cat([bl.labels[..., :1], bl.labels[..., :-1]], dim=-1)
+    w = (bl.weights > 0) & torch.tensor([[[nxt.get(int(a)) == int(b) for a, b in zip(pa, la)]
+                                          for pa, la in zip(prow, lrow)] for prow, lrow in zip(prev, bl.labels)])
+    assert w.sum() >= 8
+    assert torch.equal(out.pred[w], bl.labels[w]) and bool(out.correct[w].all())

@@ -7,8 +7,11 @@ rescored given the true token before the slot (the anchor's token for slot 1), a
 scores is weighted by the slot's unary weight and added ``selector_loss_alpha`` times. The candidate set is
 chosen without gradient; the scores carry it into both the selector and the unary head.
 
-Its metrics add the unary candidate recall at K (label in the unary top-k) and the selector's teacher-forced
-accuracy on the slots where the label was a candidate (what serving can pick).
+Its step output's predictions (``pred``, ``correct``: what the accuracy, tau proxy, held-out tables and walk tau
+count) are the served chain's: each slot's best rescored candidate of the unary top-k after the true token before
+it, which is what the chain drafts while it is still right. The metrics add the unary candidate recall at K (label
+in the unary top-k), ``selector_acc`` (served pick right, over the slots whose label was a candidate, so at most
+1) and ``unary_acc`` (the unary argmax's accuracy: before reranking).
 """
 
 from __future__ import annotations
@@ -32,12 +35,17 @@ def selector_candidates(unary: torch.Tensor, labels: torch.Tensor, k: int) -> tu
 
 
 def _selector_chunk(drafter, head, rows, labels, prev):
-    """Selector CE [m] and (label in the top-k, selector right) [m] bools for one chunk of rows."""
+    """Selector CE [m], label in the top-k [m] bool, and the served pick [m] (head column: the best rescored
+    candidate of the unary top-k, no label put in) for one chunk of rows."""
     unary = head(rows)  # [m, C] fp32
     cand, place, inside = selector_candidates(unary, labels, drafter.top_k)
     scores = unary.gather(1, cand) + drafter.candidate_selector.transition(rows, prev, cand)  # [m, K]
     ce = F.cross_entropy(scores, place, reduction="none")
-    return ce, inside, inside & (scores.detach().argmax(-1) == place)
+    with torch.no_grad():
+        served = unary.topk(drafter.top_k, dim=-1).indices  # [m, K]
+        s = unary.gather(1, served) + drafter.candidate_selector.transition(rows, prev, served)
+        pick = served.gather(1, s.argmax(-1, keepdim=True))[:, 0]
+    return ce, inside, pick
 
 
 @register_objective("dflash2")
@@ -55,7 +63,8 @@ class DFlash2Objective(DFlashObjective):
                              "from a fresh one or a DFlash2 folder")
         super().__init__(drafter, **kw)
         self.selector_loss_alpha = selector_loss_alpha
-        self._selector_stats = (0.0, 0.0, 0.0)  # label in top-k, selector right, supervised slots (last call)
+        self._selector_stats = (0.0, 0.0, 0.0)  # label in top-k, served pick right, supervised slots (last call)
+        self._picks = self._unary_correct = None
 
     @classmethod
     def new_drafter(cls, target, cfg, examples):
@@ -78,20 +87,40 @@ class DFlash2Objective(DFlashObjective):
         outs = chunked_rows(_selector_chunk, rows.shape[0], self.chunk, self.checkpoint_lm_head,
                             lambda c: (self.drafter, head, rows[c], labels[c], prev[c]))
         ce = torch.cat([o[0] for o in outs])  # [m]
-        inside, right = torch.cat([o[1] for o in outs]), torch.cat([o[2] for o in outs])
+        inside, pick = torch.cat([o[1] for o in outs]), torch.cat([o[2] for o in outs])
+        right = pick == labels
         self._selector_stats = (float(inside.sum()), float(right.sum()), float(inside.numel()))
+        self._picks = pick if self.drafter.vocab is None else self.drafter.draft_token_ids()[pick]  # [m] target ids
         return self.selector_loss_alpha * (ce * weights).sum()
+
+    def __call__(self, batch, blocks, normaliser, features=None, final_h=None, seed=None):
+        """DFlash's step output with ``pred`` and ``correct`` the served chain's: each slot's pick after the true
+        token before it (what the chain drafts while it is still right); the unary argmax's hits are kept for
+        the ``unary_acc`` metric."""
+        self._picks, self._unary_correct = None, None
+        out = super().__call__(batch, blocks, normaliser, features, final_h, seed)
+        if self._picks is not None:
+            sel = blocks.weights > 0
+            self._unary_correct = out.correct
+            out.pred = out.pred.clone()
+            out.pred[sel] = self._picks
+            out.correct = torch.zeros_like(out.correct)
+            out.correct[sel] = self._picks == blocks.labels[sel]
+        return out
 
     def metrics(self, out, batch, blocks):
         m = super().metrics(out, batch, blocks)
         inside, right, n = self._selector_stats
         m["candidate_recall"] = pair(inside, n)
         m["selector_acc"] = pair(right, inside)
+        unary = self._unary_correct if self._unary_correct is not None else out.correct
+        sup = (blocks.weights > 0)[..., 1:]
+        m["unary_acc"] = pair(float((unary[..., 1:] & sup).sum()), float(sup.sum()))
         return m
 
     def summary(self, sums, normaliser):
         s = super().summary(sums, normaliser)
-        for name in ("candidate_recall", "selector_acc"):
+        for name in ("candidate_recall", "selector_acc", "unary_acc"):
             got, n = sums[name].tolist()
             s[name] = got / n if n else float("nan")
         return s
