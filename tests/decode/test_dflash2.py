@@ -79,6 +79,7 @@ def test_scripted_selector_is_accepted_whole(target, method, budget):
 
 @torch.no_grad()
 def test_chain_is_the_selectors_left_to_right_pick():
+    torch.manual_seed(0)
     target = tiny_target("qwen3")
     d = drafter(target)
     torch.nn.init.normal_(d.candidate_selector.predecessor_codebook, std=2.0)
@@ -103,6 +104,7 @@ def test_chain_is_the_selectors_left_to_right_pick():
 
 @torch.no_grad()
 def test_tree_is_the_top_budget_prefixes_under_the_per_parent_score():
+    torch.manual_seed(0)
     target = tiny_target("llama")
     d = DFlash2Drafter.for_target(target, num_layers=1, block_size=4, mask_token_id=MASK_ID, seed=5,
                                   conv_group_size=8, selector_rank=16, selector_top_k=4)
