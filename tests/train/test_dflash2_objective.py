@@ -117,3 +117,19 @@ def test_predictions_are_the_served_pick_unary_argmax_when_the_selector_adds_not
                                           for pa, la in zip(prow, lrow)] for prow, lrow in zip(prev, bl.labels)])
     assert w.sum() >= 8
     assert torch.equal(out.pred[w], bl.labels[w]) and bool(out.correct[w].all())
+
+
+def test_init_from_a_dflash_drafter_starts_a_dflash2_that_drafts_as_it_did(tmp_path, data):
+    from flashdraft.models.dflash import DFlashDrafter
+
+    base = Trainer(make_cfg(tmp_path / "dflash", data, block_size=4, max_steps=3), target=tiny_target("qwen3")).run()
+    tr = Trainer(make_cfg(tmp_path / "up", data, **{**DFLASH2, "init_from": str(base.final_drafter)}, max_steps=2),
+                 target=tiny_target("qwen3"))
+    up, old = tr.variants[0].drafter.eval(), load_drafter(base.final_drafter, tr.target).eval()
+    assert type(up) is DFlash2Drafter and type(old) is DFlashDrafter
+    toks = torch.tensor(random_prompts(1, 14)[0])
+    feats = torch.randn(13, old.fc.in_features)
+    up.reset(), old.reset()
+    assert torch.equal(up.propose_scores(toks, feats)[0].argmax(-1), old.propose(toks, feats).argmax(-1))
+    res = tr.run()
+    assert res.stopped == "done" and type(load_drafter(res.final_drafter, tr.target)) is DFlash2Drafter

@@ -83,6 +83,9 @@ class Variant:
                 self.drafter = grow(cfg.num_layers)
             if "block_size" in cfg.model_fields_set and "block_size" in getattr(type(self.drafter.cfg), "model_fields", {}):
                 self.drafter.cfg.block_size = cfg.block_size  # set in the config, it wins: no weight depends on it
+            adopt = getattr(objective, "adopt", None)  # an objective may start its own family from another's drafter
+            if adopt is not None:
+                self.drafter = adopt(self.drafter, cfg)
         else:
             self.drafter = objective.new_drafter(target, cfg, examples)
         self.drafter.float().train()

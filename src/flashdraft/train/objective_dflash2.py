@@ -16,6 +16,8 @@ in the unary top-k), ``selector_acc`` (served pick right, over the slots whose l
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
@@ -80,6 +82,18 @@ class DFlash2Objective(DFlashObjective):
         if cfg.init_norm_from_target:
             init_norm_from_target(drafter, target)
         return drafter
+
+    @classmethod
+    def adopt(cls, drafter, cfg):
+        """The drafter this objective trains from ``init_from``'s: a DFlash drafter becomes a DFlash2 one that drafts
+        as it did (:meth:`DFlash2Drafter.from_dflash`, the convolution and selector fields from ``cfg``)."""
+        if hasattr(drafter, "candidate_selector") or type(drafter).__name__ != "DFlashDrafter":
+            return drafter
+        print(f"init_from: DFlash drafter -> DFlash2 (convolutions at the identity, a fresh selector of rank "
+              f"{cfg.selector_rank}, top-{cfg.selector_top_k})", file=sys.stderr)
+        return drafter_class("DFlash2DraftModel").from_dflash(
+            drafter, conv_kernel_size=cfg.conv_kernel_size, conv_group_size=cfg.conv_group_size,
+            selector_rank=cfg.selector_rank, selector_top_k=cfg.selector_top_k)
 
     def extra_loss(self, h, sel, rows, labels, blocks: Blocks, weights):
         prev = torch.cat([blocks.labels[..., :1], blocks.labels[..., :-1]], dim=-1)[sel]  # [m] the token before each slot

@@ -34,7 +34,7 @@ from flashdraft.decode.tree import DraftTree, best_first_tree_by
 from flashdraft.models.dflash.config import DFlashConfig
 from flashdraft.models.dflash.layers import DFlashLayer
 from flashdraft.models.dflash.model import DFlashDrafter
-from flashdraft.models.drafter import register_drafter
+from flashdraft.models.drafter import DrafterError, register_drafter
 
 
 class DFlash2Config(DFlashConfig):
@@ -82,9 +82,9 @@ def block_conv(x: torch.Tensor, delta: torch.Tensor, base: torch.Tensor, block_s
 class BlockConv(nn.Module):
     """The input- and output-side convolutions around one sublayer, both driven by its input."""
 
-    def __init__(self, hidden_size: int, block_size: int, kernel_size: int, group_size: int):
+    def __init__(self, hidden_size: int, kernel_size: int, group_size: int):
         super().__init__()
-        self.block_size, self.kernel_size, self.groups = block_size, kernel_size, hidden_size // group_size
+        self.kernel_size, self.groups = kernel_size, hidden_size // group_size
         self.base_kernel = nn.Parameter(torch.empty(2, kernel_size, hidden_size))  # [in/out, k, d]
         self.kernel_projection = nn.Linear(hidden_size, 2 * kernel_size * self.groups, bias=False)
         self.reset_parameters()
@@ -96,14 +96,14 @@ class BlockConv(nn.Module):
         self.base_kernel[:, 0] = 1.0
         self.kernel_projection.weight.zero_()
 
-    def prepare(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [b, n, d] -> (x convolved, the output side's deltas [b, n, k, G])."""
+    def prepare(self, x: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [b, n, d] (blocks of ``block_size`` slots) -> (x convolved, the output side's deltas [b, n, k, G])."""
         deltas = self.kernel_projection(x).view(*x.shape[:-1], 2, self.kernel_size, self.groups)  # [b, n, 2, k, G]
-        return block_conv(x, deltas[:, :, 0], self.base_kernel[0], self.block_size), deltas[:, :, 1]
+        return block_conv(x, deltas[:, :, 0], self.base_kernel[0], block_size), deltas[:, :, 1]
 
-    def finish(self, y: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
+    def finish(self, y: torch.Tensor, deltas: torch.Tensor, block_size: int) -> torch.Tensor:
         """The sublayer's output y [b, n, d] convolved with the deltas :meth:`prepare` returned."""
-        return block_conv(y, deltas, self.base_kernel[1], self.block_size)
+        return block_conv(y, deltas, self.base_kernel[1], block_size)
 
 
 class DFlash2Layer(DFlashLayer):
@@ -111,15 +111,17 @@ class DFlash2Layer(DFlashLayer):
 
     def __init__(self, cfg: DFlash2Config, layer_type: str):
         super().__init__(cfg, layer_type)
-        args = (cfg.hidden_size, cfg.block_size, cfg.conv_kernel_size, cfg.conv_group_size)
+        self.cfg = cfg  # the drafter's own config: a block size set after loading reaches the convolutions
+        args = (cfg.hidden_size, cfg.conv_kernel_size, cfg.conv_group_size)
         self.attention_conv = BlockConv(*args)
         self.mlp_conv = BlockConv(*args)
 
     def forward(self, x, rope_x, ctx_kv, mask):
-        h, out_deltas = self.attention_conv.prepare(self.input_layernorm(x))
-        x = x + self.attention_conv.finish(self.self_attn(h, rope_x, ctx_kv, mask), out_deltas)
-        h, out_deltas = self.mlp_conv.prepare(self.post_attention_layernorm(x))
-        return x + self.mlp_conv.finish(self.mlp(h), out_deltas)
+        B = self.cfg.block_size
+        h, out_deltas = self.attention_conv.prepare(self.input_layernorm(x), B)
+        x = x + self.attention_conv.finish(self.self_attn(h, rope_x, ctx_kv, mask), out_deltas, B)
+        h, out_deltas = self.mlp_conv.prepare(self.post_attention_layernorm(x), B)
+        return x + self.mlp_conv.finish(self.mlp(h), out_deltas, B)
 
 
 class CandidateSelector(nn.Module):
@@ -161,6 +163,26 @@ class DFlash2Drafter(DFlashDrafter):
         super().__init__(cfg)
         columns = cfg.draft_vocab_size or cfg.vocab_size
         self.candidate_selector = CandidateSelector(cfg.vocab_size, columns, cfg.hidden_size, cfg.selector_rank)
+
+    @classmethod
+    def from_dflash(cls, dflash: DFlashDrafter, **fields) -> "DFlash2Drafter":
+        """A DFlash2 drafter that drafts as the DFlash drafter ``dflash`` does before training: its every weight
+        (draft vocabulary and feature scale included), the convolutions at the identity and a selector that adds 0
+        (successor codebook 0, the rest fresh; ``fields``: conv_kernel_size, conv_group_size, selector_rank,
+        selector_top_k). Bound as ``dflash`` is."""
+        keep = dflash.cfg.model_dump(exclude={"architectures", "auto_map"})
+        cfg = cls.config_class(**keep, **fields)
+        ref = dflash.fc.weight
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            new = cls(cfg).to(device=ref.device, dtype=ref.dtype)
+        missing, unexpected = new.load_state_dict(dflash.state_dict(), strict=False)
+        if unexpected or any(not ("_conv." in k or k.startswith("candidate_selector.")) for k in missing):
+            raise DrafterError(f"DFlash weights did not map onto DFlash2: missing {missing[:6]}, unexpected {unexpected[:6]}")
+        new.set_feature_scale(dflash.feature_scale, keep_function=False)  # fc.weight was copied in its scaled form
+        with torch.no_grad():  # the selector adds exactly 0 until training moves S (its gradient is P[prev] * W h)
+            new.candidate_selector.successor_codebook.zero_()
+        return new.bind(dflash.target) if dflash._target is not None else new
 
     def reset_parameters(self, std: float = 0.02) -> None:
         super().reset_parameters(std)
