@@ -231,12 +231,17 @@ def require_block_drafter(method: str, drafter) -> None:
                           "use --method eagle3 (chain) or eagle3_tree with it")
 
 
+def hint_ids(drafter, tokens: torch.Tensor, hints: str) -> torch.Tensor | None:
+    """The draft slots' ids for the block after ``tokens``: None (MASK) or, with ``hints="lookup"``, [B-1] prompt
+    lookup's chain."""
+    return None if hints == "none" else lookup_hints(tokens, drafter.block_size - 1, drafter.mask_token_id)
+
+
 def draft_block(drafter, tokens: torch.Tensor, feats: torch.Tensor | None, hints: str):
     """(logits [B-1, C], ids [C] or None): a DFlash drafter's logits over its draft vocabulary for the block after
     ``tokens`` (propose_scores), its draft slots MASK or, with ``hints="lookup"``, prompt lookup's chain."""
-    if hints == "none":
-        return propose_scores(drafter, tokens, feats)
-    return propose_scores(drafter, tokens, feats, hints=lookup_hints(tokens, drafter.block_size - 1, drafter.mask_token_id))
+    ids = hint_ids(drafter, tokens, hints)
+    return propose_scores(drafter, tokens, feats) if ids is None else propose_scores(drafter, tokens, feats, hints=ids)
 
 
 @register("dflash")
@@ -298,9 +303,7 @@ class DDTreeDecoder(SpeculativeDecoder):
 
     def draft(self, tokens, feats):
         if hasattr(self.drafter, "propose_candidates"):  # DFlash2: children scored after their own parent
-            hints = None if self.hints == "none" else lookup_hints(tokens, self.drafter.block_size - 1,
-                                                                   self.drafter.mask_token_id)
-            return self.drafter.propose_candidates(tokens, feats, hints)
+            return self.drafter.propose_candidates(tokens, feats, hint_ids(self.drafter, tokens, self.hints))
         return draft_block(self.drafter, tokens, feats, self.hints)
 
     def draft_tree(self, root, proposal):
