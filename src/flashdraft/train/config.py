@@ -102,6 +102,9 @@ class TrainConfig(Section):
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1, description="optimizer steps; overrides epochs")
     max_minutes: float | None = Field(None, gt=0, description="stop (with a checkpoint) after this wall time")
+    optimizer: Literal["adamw", "muon"] = Field("adamw", description=(
+        "adamw; muon: torch.optim.Muon on the hidden 2-D weight matrices (momentum 0.95, weight decay 0.1, its update "
+        "scaled to AdamW's RMS, as speculators trains) and AdamW on the rest, at one learning rate"))
     lr: float = Field(6e-4, gt=0)
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
     warmup_ratio: float = Field(0.04, ge=0, lt=1)
@@ -226,7 +229,7 @@ class TrainConfig(Section):
 VARIANT_FIELDS = (
     "objective", "init_from", "num_layers", "block_size", "target_layer_ids", "mask_token_id", "intermediate_size",
     "init_norm_from_target", "draft_vocab_size", "draft_vocab_reserve", "draft_vocab_corpus", "feature_norm", "max_anchors", "gamma", "position_weights", "dpace_alpha", "focal", "tree_width", "loss_normaliser", "block_hints", "hint_prob", "loss",
-    "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "full_vocab_argmax", "conv_kernel_size", "conv_group_size", "selector_rank",
+    "feature_noise", "loss_vocab", "ttt_steps", "ttt_decay", "full_vocab_argmax", "optimizer", "conv_kernel_size", "conv_group_size", "selector_rank",
     "selector_top_k", "selector_loss_alpha", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
     "ema_decay",
 )

@@ -1,4 +1,4 @@
-"""The training loop: AdamW + warmup/cosine, clipping, bf16 autocast, EMA, metrics, checkpoints, resume, eval, export.
+"""The training loop: AdamW (or Muon + AdamW) + warmup/cosine, clipping, bf16 autocast, EMA, metrics, checkpoints, resume, eval, export.
 
 One optimiser step = ``grad_accum`` micro-batches. Anchors of all of them are drawn first, so the
 loss normaliser (summed position weights, or anchors for D-PACE, of the whole step) is known before
@@ -42,7 +42,7 @@ from flashdraft.train.diagnostics import (
 )
 from flashdraft.train.disaggregated import FeatureChannel, role, share_plan
 from flashdraft.train.dist import agree, bf16_is_fast, dist_world, resolve_device, stop_signals
-from flashdraft.train.optim import EMA, make_scheduler
+from flashdraft.train.optim import EMA, make_optimizer, make_scheduler
 from flashdraft.train.evaluate import evaluate_tau, load_eval_prompts
 from flashdraft.train.objective import TrainError
 from flashdraft.train.objectives import add_metrics, all_reduce_metrics, objective_class
@@ -100,8 +100,7 @@ class Variant:
         if attention == "auto":
             attention = "flex" if target.device.type == "cuda" else "sdpa"
         self.objective = objective.from_config(self.drafter, cfg, attention)
-        params = [p for p in self.drafter.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        self.optimizer = make_optimizer(self.drafter, cfg.optimizer, cfg.lr, cfg.betas, cfg.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, total_steps, cfg.warmup_ratio, cfg.min_lr_ratio, cfg.lr)
         self.ema = EMA(self.drafter, cfg.ema_decay) if cfg.ema_decay else None
         self.best = read_best(self.out)
