@@ -16,7 +16,7 @@ from flashdraft.models.dflash import DFlash2Drafter
 from flashdraft.models.drafter import load_drafter
 from flashdraft.models.forward import lm_logits, target_pass
 from flashdraft.train.objective import Batch
-from tests.export.test_speculators_peer import ANCHORS, TOLERANCE, B, T, move_norms
+from tests.export.test_speculators_peer import ANCHORS, TOLERANCE, B, T, move_norms, speculators_pair
 from tests.tiny import MASK_ID, tiny_target
 
 
@@ -37,15 +37,7 @@ def dflash2(target, draft_vocab=None) -> DFlash2Drafter:
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_speculators_dflash2_gives_flashdraft_logits_and_selector_scores(tmp_path, monkeypatch, family):
     target = tiny_target(family)
-    target.model.save_pretrained(tmp_path / "verifier")
-    mine = dflash2(target)
-    mine.save_pretrained(tmp_path / "flashdraft")
-    out = export_drafter(tmp_path / "flashdraft", "speculators", tmp_path / "speculators", target,
-                         str(tmp_path / "verifier")).out
-    cfg = DFlash2SpeculatorConfig.from_pretrained(out)
-    cfg.transformer_layer_config._attn_implementation = "eager"
-    peer = DFlash2DraftModel.from_pretrained(out, config=cfg).float().eval()
-    mine = load_drafter(tmp_path / "flashdraft", target).float().eval()
+    mine, peer, _ = speculators_pair(tmp_path, target, dflash2(target), DFlash2DraftModel, DFlash2SpeculatorConfig)
 
     ids = torch.randint(0, 90, (1, T), generator=torch.Generator().manual_seed(0))
     batch = Batch(ids, torch.ones(1, T, dtype=torch.bool), torch.zeros(1, T, dtype=torch.long), torch.arange(T)[None], [0])

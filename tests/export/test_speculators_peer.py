@@ -36,20 +36,27 @@ def move_norms(drafter) -> None:
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.1)
 
 
-def exported_pair(tmp: Path, family: str, draft_vocab: torch.Tensor | None):
-    """A flashdraft drafter (:func:`move_norms`) saved and exported --to speculators; the target, the
-    drafter as flashdraft loads it and the export as speculators' DFlashDraftModel loads it (eager attention)."""
-    target = tiny_target(family)
+def speculators_pair(tmp: Path, target, drafter, peer_class, config_class):
+    """``drafter`` saved and exported --to speculators (the target saved as the verifier speculators reads) -> (the
+    drafter as flashdraft loads it, the export as speculators' ``peer_class`` loads it with eager attention, the
+    export folder)."""
     target.model.save_pretrained(tmp / "verifier")  # what speculators reads the verifier's weights from
+    drafter.save_pretrained(tmp / "flashdraft")
+    out = export_drafter(tmp / "flashdraft", "speculators", tmp / "speculators", target, str(tmp / "verifier")).out
+    cfg = config_class.from_pretrained(out)
+    cfg.transformer_layer_config._attn_implementation = "eager"  # flex attention's block mask wants a GPU compile
+    peer = peer_class.from_pretrained(out, config=cfg).float().eval()
+    return load_drafter(tmp / "flashdraft", target).float().eval(), peer, out
+
+
+def exported_pair(tmp: Path, family: str, draft_vocab: torch.Tensor | None):
+    """A flashdraft drafter (:func:`move_norms`) and its export as speculators' DFlashDraftModel loads it -> (the
+    target, the drafter, the peer, the export folder)."""
+    target = tiny_target(family)
     d = DFlashDrafter.for_target(target, num_layers=2, block_size=B, target_layer_ids=[1, 3], mask_token_id=MASK_ID,
                                  seed=1, draft_vocab=draft_vocab)
     move_norms(d)
-    d.save_pretrained(tmp / "flashdraft")
-    out = export_drafter(tmp / "flashdraft", "speculators", tmp / "speculators", target, str(tmp / "verifier")).out
-    cfg = DFlashSpeculatorConfig.from_pretrained(out)
-    cfg.transformer_layer_config._attn_implementation = "eager"  # flex attention's block mask wants a GPU compile
-    peer = DFlashDraftModel.from_pretrained(out, config=cfg).float().eval()
-    return target, load_drafter(tmp / "flashdraft", target).float().eval(), peer, out
+    return target, *speculators_pair(tmp, target, d, DFlashDraftModel, DFlashSpeculatorConfig)
 
 
 @torch.no_grad()
@@ -177,16 +184,9 @@ def test_speculators_eagle3_model_gives_flashdraft_logits_at_every_step(tmp_path
     from flashdraft.models.eagle3.ttt import ttt_forward
 
     target = tiny_target(family)
-    target.model.save_pretrained(tmp_path / "verifier")
     d = Eagle3Drafter.for_target(target, target_layer_ids=[1, 2, 3], draft_vocab=torch.arange(3, 60), max_depth=3, seed=1)
     move_norms(d)
-    d.save_pretrained(tmp_path / "flashdraft")
-    out = export_drafter(tmp_path / "flashdraft", "speculators", tmp_path / "speculators", target,
-                         str(tmp_path / "verifier")).out
-    cfg = Eagle3SpeculatorConfig.from_pretrained(out)
-    cfg.transformer_layer_config._attn_implementation = "eager"
-    peer = Eagle3DraftModel.from_pretrained(out, config=cfg).float().eval()
-    mine = load_drafter(tmp_path / "flashdraft", target).float().eval()
+    mine, peer, _ = speculators_pair(tmp_path, target, d, Eagle3DraftModel, Eagle3SpeculatorConfig)
     ids = torch.randint(0, 90, (1, T), generator=torch.Generator().manual_seed(0))
     batch = Batch(ids, torch.ones(1, T, dtype=torch.bool), torch.zeros(1, T, dtype=torch.long), torch.arange(T)[None], [0])
     caught = []
