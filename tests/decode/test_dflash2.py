@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from flashdraft.decode import build_decoder
+from flashdraft.decode.tree import best_first_tree_by
 from flashdraft.models.dflash import DFlash2Drafter
 from tests.lossless import assert_same_tokens
 from tests.tiny import MASK_ID, VOCAB, hf_greedy, random_prompts, tiny_target
@@ -128,7 +129,7 @@ def test_tree_is_the_top_budget_prefixes_under_the_per_parent_score():
                 toks.append(prev)
             every[ranks] = (tuple(toks), score)
     for budget in (1, 5, 17, 40):
-        tree = cand.tree(budget)
+        tree = best_first_tree_by(cand.bonus, cand.children(), L, budget)
         best = sorted(every.values(), key=lambda ts: -ts[1])[:budget]
         assert tree.prefixes() == {t for t, _ in best}
         for i in range(1, len(tree)):  # the heap's scores are the prefix scores

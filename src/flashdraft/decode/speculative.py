@@ -27,7 +27,7 @@ import torch
 from flashdraft.decode.base import DecodeError, Decoder, DecodeStats, Generation, register
 from flashdraft.decode.lookup import lookup_hints
 from flashdraft.decode.sizing import SIZINGS, VerifyCosts, cost_sized, verify_costs
-from flashdraft.decode.tree import DraftTree, argmax_chain, best_first_tree, root_only, tree_marginals
+from flashdraft.decode.tree import DraftTree, argmax_chain, best_first_tree, best_first_tree_by, root_only, tree_marginals
 from flashdraft.models.drafter import is_stepwise, propose_scores
 from flashdraft.models.forward import cache_length, compact_cache, lm_logits, new_cache, target_forward
 from flashdraft.models.target import Target
@@ -307,8 +307,9 @@ class DDTreeDecoder(SpeculativeDecoder):
         return draft_block(self.drafter, tokens, feats, self.hints)
 
     def draft_tree(self, root, proposal):
-        if not isinstance(proposal, tuple):  # DFlash2 candidates (its root is the bonus token it drafted after)
-            return self.sized(proposal.tree(self.budget, self.tree_temperature))
+        if not isinstance(proposal, tuple):  # DFlash2 candidates: children scored after their own parent
+            tree = best_first_tree_by(root, proposal.children(self.tree_temperature), proposal.top.shape[0], self.budget)
+            return self.sized(tree)
         logits, ids = proposal  # [B-1, C], [C] or None
         return self.sized(best_first_tree(root, self.marginals(logits), self.budget, ids))
 

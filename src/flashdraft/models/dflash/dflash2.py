@@ -30,7 +30,6 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from flashdraft.decode.tree import DraftTree, best_first_tree_by
 from flashdraft.models.dflash.config import DFlashConfig
 from flashdraft.models.dflash.layers import DFlashLayer
 from flashdraft.models.dflash.model import DFlashDrafter
@@ -246,12 +245,13 @@ class Candidates:
         prev_t = torch.tensor(prev, device=self.h.device)
         return self.top[k] + sel.transition(self.h[k], prev_t, self.cols[k])
 
-    def tree(self, budget: int, temperature: float = 1.0) -> DraftTree:
-        """The ``budget`` prefixes with the highest sum of per-parent log-probabilities: a node's children at slot
-        k are its K candidates, log-softmax of their scores after the node's own token (at ``temperature``)."""
+    def children(self, temperature: float = 1.0):
+        """The tree builder's ``children_of(k, token)`` (:func:`flashdraft.decode.tree.best_first_tree_by`): a node's
+        children at slot k are its K candidates, log-softmax of their scores after the node's own token (at
+        ``temperature``), best first -> (log-probabilities, target ids)."""
 
         def children_of(k: int, token: int) -> tuple[list[float], list[int]]:
             lp, order = torch.log_softmax(self.scores(k, token) / temperature, dim=-1).sort(descending=True)
             return lp.tolist(), [self.token(k, j) for j in order.tolist()]
 
-        return best_first_tree_by(self.bonus, children_of, self.top.shape[0], budget)
+        return children_of
