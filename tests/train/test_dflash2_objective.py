@@ -27,7 +27,7 @@ def data(tmp_path_factory):
 
 def test_selector_candidates_put_a_missing_label_last():
     unary = torch.tensor([[5.0, 4.0, 3.0, 2.0, 1.0], [5.0, 4.0, 3.0, 2.0, 1.0]])
-    cand, place, inside = selector_candidates(unary, torch.tensor([1, 4]), 3)
+    cand, place, inside = selector_candidates(unary.topk(3, dim=-1).indices, torch.tensor([1, 4]))
     assert cand.tolist() == [[0, 1, 2], [0, 1, 4]] and place.tolist() == [1, 2] and inside.tolist() == [True, False]
 
 

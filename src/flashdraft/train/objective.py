@@ -404,17 +404,25 @@ class DFlashObjective(BlockMetrics):
         resolved: "sdpa" or "flex")."""
         return cls(drafter, attention=attention, **{k: getattr(cfg, k) for k in cls.CONFIG_FIELDS})
 
+    drafter_architecture = "DFlashDraftModel"  # the family new_drafter builds
+
+    @classmethod
+    def family_fields(cls, cfg) -> dict:
+        """Config fields of the drafter family beyond DFlash's (DFlash2's convolutions and selector); DFlash: none."""
+        return {}
+
     @classmethod
     def new_drafter(cls, target: Target, cfg, examples):
-        """A fresh DFlash drafter shaped by ``cfg`` (a reduced vocabulary from the data's token frequencies)."""
+        """A fresh drafter of :attr:`drafter_architecture` shaped by ``cfg`` (a reduced vocabulary from the data's
+        token frequencies)."""
         vocab = None
         size = cfg.resolved_draft_vocab_size(target)
         if size:
             vocab = cfg.draft_vocab(examples, target, size)
-        drafter = drafter_class("DFlashDraftModel").for_target(
+        drafter = drafter_class(cls.drafter_architecture).for_target(
             target, num_layers=cfg.num_layers, block_size=cfg.block_size, target_layer_ids=cfg.target_layer_ids,
             mask_token_id=cfg.mask_token_id, intermediate_size=cfg.intermediate_size, seed=cfg.seed,
-            draft_vocab=vocab,
+            draft_vocab=vocab, **cls.family_fields(cfg),
         )
         if cfg.init_norm_from_target:
             init_norm_from_target(drafter, target)

@@ -22,13 +22,15 @@ import torch
 import torch.nn.functional as F
 
 from flashdraft.models.drafter import drafter_class
-from flashdraft.train.objective import Blocks, DFlashObjective, TrainError, chunked_rows, init_norm_from_target
+from flashdraft.train.objective import Blocks, DFlashObjective, TrainError, chunked_rows
 from flashdraft.train.objectives import pair, register_objective
 
 
-def selector_candidates(unary: torch.Tensor, labels: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """unary [m, C] logits, labels [m] columns -> (candidates [m, k], the label's place [m], label in the top-k [m])."""
-    cand = unary.detach().topk(k, dim=-1).indices  # [m, k]
+def selector_candidates(served: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """served [m, k] the unary top-k columns, labels [m] columns -> (training candidates [m, k], the label's place
+    [m], label in the top-k [m])."""
+    k = served.shape[1]
+    cand = served.clone()
     hit = cand == labels[:, None]
     inside = hit.any(-1)
     cand[:, -1] = torch.where(inside, cand[:, -1], labels)
@@ -40,11 +42,11 @@ def _selector_chunk(drafter, head, rows, labels, prev):
     """Selector CE [m], label in the top-k [m] bool, and the served pick [m] (head column: the best rescored
     candidate of the unary top-k, no label put in) for one chunk of rows."""
     unary = head(rows)  # [m, C] fp32
-    cand, place, inside = selector_candidates(unary, labels, drafter.top_k)
+    served = unary.detach().topk(drafter.top_k, dim=-1).indices  # [m, K]
+    cand, place, inside = selector_candidates(served, labels)
     scores = unary.gather(1, cand) + drafter.candidate_selector.transition(rows, prev, cand)  # [m, K]
     ce = F.cross_entropy(scores, place, reduction="none")
-    with torch.no_grad():
-        served = unary.topk(drafter.top_k, dim=-1).indices  # [m, K]
+    with torch.no_grad():  # where the label was put in, the served last candidate needs its own score
         s = unary.gather(1, served) + drafter.candidate_selector.transition(rows, prev, served)
         pick = served.gather(1, s.argmax(-1, keepdim=True))[:, 0]
     return ce, inside, pick
@@ -68,20 +70,12 @@ class DFlash2Objective(DFlashObjective):
         self._selector_stats = (0.0, 0.0, 0.0)  # label in top-k, served pick right, supervised slots (last call)
         self._picks = self._unary_correct = None
 
+    drafter_architecture = "DFlash2DraftModel"
+
     @classmethod
-    def new_drafter(cls, target, cfg, examples):
-        """A fresh DFlash2 drafter shaped by ``cfg`` (DFlash's fields, the convolutions' and the selector's)."""
-        size = cfg.resolved_draft_vocab_size(target)
-        vocab = cfg.draft_vocab(examples, target, size) if size else None
-        drafter = drafter_class("DFlash2DraftModel").for_target(
-            target, num_layers=cfg.num_layers, block_size=cfg.block_size, target_layer_ids=cfg.target_layer_ids,
-            mask_token_id=cfg.mask_token_id, intermediate_size=cfg.intermediate_size, seed=cfg.seed,
-            draft_vocab=vocab, conv_kernel_size=cfg.conv_kernel_size, conv_group_size=cfg.conv_group_size,
-            selector_rank=cfg.selector_rank, selector_top_k=cfg.selector_top_k,
-        )
-        if cfg.init_norm_from_target:
-            init_norm_from_target(drafter, target)
-        return drafter
+    def family_fields(cls, cfg) -> dict:
+        return dict(conv_kernel_size=cfg.conv_kernel_size, conv_group_size=cfg.conv_group_size,
+                    selector_rank=cfg.selector_rank, selector_top_k=cfg.selector_top_k)
 
     @classmethod
     def adopt(cls, drafter, cfg):
@@ -91,9 +85,7 @@ class DFlash2Objective(DFlashObjective):
             return drafter
         print(f"init_from: DFlash drafter -> DFlash2 (convolutions at the identity, a fresh selector of rank "
               f"{cfg.selector_rank}, top-{cfg.selector_top_k})", file=sys.stderr)
-        return drafter_class("DFlash2DraftModel").from_dflash(
-            drafter, conv_kernel_size=cfg.conv_kernel_size, conv_group_size=cfg.conv_group_size,
-            selector_rank=cfg.selector_rank, selector_top_k=cfg.selector_top_k)
+        return drafter_class(cls.drafter_architecture).from_dflash(drafter, **cls.family_fields(cfg))
 
     def extra_loss(self, h, sel, rows, labels, blocks: Blocks, weights):
         prev = torch.cat([blocks.labels[..., :1], blocks.labels[..., :-1]], dim=-1)[sel]  # [m] the token before each slot

@@ -193,10 +193,6 @@ class DFlash2Drafter(DFlashDrafter):
     def top_k(self) -> int:
         return self.cfg.selector_top_k
 
-    def column_of(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """Target ids [...] -> the head's column ids [...] (-1 where outside the draft vocabulary)."""
-        return token_ids if self.vocab is None else self.t2d_index()[token_ids]
-
     @torch.no_grad()
     def propose_candidates(self, tokens: torch.Tensor, new_features: torch.Tensor | None,
                            hints: torch.Tensor | None = None) -> "Candidates":
