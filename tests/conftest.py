@@ -12,3 +12,11 @@ def embedded_target():
     from flashdraft.models.target import load_target
 
     return load_target("gemma-3-270m", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def smollm2_target():
+    """The real embedded SmolLM2-135M-Instruct (fp32; a chat model with a ChatML template), loaded once."""
+    from flashdraft.models.target import load_target
+
+    return load_target("smollm2-135m-instruct", dtype="float32")

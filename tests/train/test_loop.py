@@ -112,6 +112,8 @@ def test_export_loads_and_decodes_and_eval_reports_tau(tmp_path, data):
     lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(l["kind"] == "eval" for l in lines) and lines[0]["skipped_short"] == 2
     d = DFlashDrafter.from_pretrained(res.final_drafter, target)
+    saved = json.loads((res.final_drafter / "config.json").read_text())
+    assert saved["prompting"]["chat_template"] is False  # token records of a target without a template
     for method in ("dflash", "ddtree"):
         g = build_decoder(method, target, d, budget=6 if method == "ddtree" else None).generate(prompts[0], 12)
         assert g.tokens == hf_greedy(target, prompts[0], 12)  # lossless with the trained drafter

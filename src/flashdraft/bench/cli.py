@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from flashdraft.errors import fail
+from flashdraft.errors import fail, warn
+from flashdraft.models.target import TARGETS_HELP
 
 app = typer.Typer(help="Benchmarks: decode (AR/DFlash/DDTree), serve (concurrency sweep), model (cost model).",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -37,9 +38,12 @@ def _config(cls, config: Optional[Path], sets: Optional[List[str]], **flags):
 
 @app.command()
 def decode(
-    target: Optional[str] = typer.Option(None, help="Target spec (embedded name, .gguf, HF folder); default gemma-3-270m."),
+    target: Optional[str] = typer.Option(None, help=f"Target: {TARGETS_HELP}, a .gguf file or an HF folder."),
     drafter: Optional[List[Path]] = typer.Option(None, help="Drafter folder(s) of any registered family; repeat for several (none: AR vs ngram)."),
-    prompts: Optional[List[str]] = typer.Option(None, help="A named set (code-test, math-test, chat-test, multilingual-test; -dev to choose), 'humaneval' (default) or a JSONL file with 'prompt'."),
+    prompts: Optional[List[str]] = typer.Option(None, help="A named set (code-test, math-test, chat-test, multilingual-test; -dev to choose), 'humaneval' (default) or a JSONL file with 'prompt' and/or 'messages'."),
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="auto (default): prompts through the target's chat template when it has one, as served | never: raw text."),
+    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="The chat template's enable_thinking switch (default: the template's own)."),
+    system: Optional[str] = typer.Option(None, help="A system message before every prompt (chat template only)."),
     limit: Optional[int] = typer.Option(None, help="Prompts per set (default 4)."),
     budgets: Optional[str] = typer.Option(None, help="DDTree budgets, comma-separated (default 4,8,16,32,64,128)."),
     temperatures: Optional[str] = typer.Option(None, help="Comma-separated temperatures, e.g. 0,1 (default 0)."),
@@ -61,15 +65,16 @@ def decode(
     import torch
 
     from flashdraft.bench.config import BenchDecodeConfig
-    from flashdraft.bench.decode_bench import BenchError, drafter_names, load_prompt_set, markdown_table, run_decode_bench
+    from flashdraft.bench.decode_bench import BenchError, drafter_names, load_prompts, markdown_table, run_decode_bench
     from flashdraft.bench.plots import decode_plots
     from flashdraft.decode.base import DecodeError
     from flashdraft.io import OutputPathError, atomic_write_text, check_output_dir
+    from flashdraft.models.chat import ChatError, prompting_mismatch
     from flashdraft.models.drafter import DrafterError, load_drafter
     from flashdraft.models.target import TargetError, load_target
 
     cfg = _config(BenchDecodeConfig, config, sets, target=target, drafter=[str(d) for d in drafter or []],
-                  prompts=prompts, limit=limit, budgets=_ints(budgets) if budgets else None,
+                  prompts=prompts, chat_template=chat_template, thinking=thinking, system=system, limit=limit, budgets=_ints(budgets) if budgets else None,
                   temperatures=[float(t) for t in temperatures.split(",")] if temperatures else None,
                   max_new_tokens=max_new_tokens, repeats=repeats, dtype=dtype, threads=threads, ngram=ngram,
                   lookup_min=lookup_min, lookup_max=lookup_max, sizing=sizing.split(",") if sizing else None,
@@ -79,15 +84,18 @@ def decode(
     torch.set_num_threads(cfg.threads)
     try:
         check_output_dir(out)  # before the target loads: a bad -o is named at once
-        sets_ = dict(load_prompt_set(p, cfg.limit) for p in cfg.prompts)
+        sets_ = dict(load_prompts(p, cfg.limit) for p in cfg.prompts)
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         drafters = {n: load_drafter(d, tgt) for n, d in zip(drafter_names(cfg.drafter), cfg.drafter)}
-        console.print("prompting: plain continuation of the raw prompt (no chat template, no thinking)")
+        chat = cfg.chat
+        for note in chat.notes(tgt.tokenizer) + [prompting_mismatch(d.cfg, chat, tgt.tokenizer) for d in drafters.values()]:
+            if note:
+                warn(note)
         res = run_decode_bench(tgt, drafters, sets_, cfg.budgets, cfg.temperatures, cfg.max_new_tokens, cfg.repeats, out,
                                log=lambda m: console.print(m, markup=False, highlight=False), ngram=cfg.ngram,
                                lookup=dict(lookup_min=cfg.lookup_min, lookup_max=cfg.lookup_max), sizings=cfg.sizing,
-                               hints=cfg.hints, rows=cfg.rows)
-    except (BenchError, DecodeError, DrafterError, OutputPathError, TargetError) as e:
+                               hints=cfg.hints, rows=cfg.rows, chat=chat)
+    except (BenchError, ChatError, DecodeError, DrafterError, OutputPathError, TargetError) as e:
         fail(e)
     md = markdown_table(res)
     atomic_write_text(out / "table.md", md)

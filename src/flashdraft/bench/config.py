@@ -8,6 +8,7 @@ from pydantic import Field
 
 from flashdraft.config import Section
 from flashdraft.decode.sizing import Sizing
+from flashdraft.models.chat import ChatSettings, ChatTemplateMode
 from flashdraft.models.target import EMBEDDED_TARGET
 
 
@@ -16,7 +17,12 @@ class BenchDecodeConfig(Section):
 
     target: str = EMBEDDED_TARGET
     drafter: list[str] = Field(default_factory=list, description="drafter folders (none: AR vs prompt lookup)")
-    prompts: list[str] = Field(default_factory=lambda: ["humaneval"], description="'humaneval' or JSONL files with 'prompt'")
+    prompts: list[str] = Field(default_factory=lambda: ["humaneval"], description="named sets, 'humaneval' or JSONL "
+                               "files with 'prompt' and/or 'messages'")
+    chat_template: ChatTemplateMode = Field("auto", description="auto: prompts through the target's chat template when "
+                                            "it has one (as a served user's); never: raw text")
+    thinking: bool | None = Field(None, description="the chat template's enable_thinking switch; None = its default")
+    system: str | None = Field(None, description="a system message before every prompt (chat template only)")
     limit: int = Field(4, ge=1, description="prompts per set")
     budgets: list[int] = Field(default_factory=lambda: [4, 8, 16, 32, 64, 128], description="DDTree budgets")
     temperatures: list[float] = Field(default_factory=lambda: [0.0])
@@ -37,6 +43,10 @@ class BenchDecodeConfig(Section):
     rows: list[str] | None = Field(None, description="run only the rows whose names match these shell patterns "
                                    "(e.g. ngram, */dflash, */ddtree@32+cost); AR always runs")
     out: str = "runs/bench_decode"
+
+    @property
+    def chat(self) -> ChatSettings:
+        return ChatSettings(self.chat_template, self.thinking, self.system)
 
 
 class BenchServeConfig(Section):

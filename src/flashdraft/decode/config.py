@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from flashdraft.config import Section
 from flashdraft.decode.sizing import Sizing
+from flashdraft.models.chat import ChatSettings, ChatTemplateMode
 from flashdraft.models.target import EMBEDDED_TARGET
 
 
@@ -27,11 +28,20 @@ class DecodeConfig(Section):
     hints: Literal["lookup", "none"] | None = Field(
         None, description="dflash/ddtree*: what fills the drafter's draft slots: lookup (prompt lookup's chain) or none "
         "(MASK); default: the drafter's block_hints (config.json), else none")
+    chat_template: ChatTemplateMode = Field(
+        "auto", description="auto: the prompt goes through the target's chat template when it has one (as a served "
+        "user's does); never: the raw text is continued")
+    thinking: bool | None = Field(None, description="the chat template's enable_thinking switch; None = its default")
+    system: str | None = Field(None, description="a system message before the prompt (chat template only)")
     temperature: float = Field(0.0, ge=0.0)
     max_new_tokens: int = Field(64, ge=1)
     seed: int = 0
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
+
+    @property
+    def chat(self) -> ChatSettings:
+        return ChatSettings(self.chat_template, self.thinking, self.system)
 
     @field_validator("method")
     @classmethod

@@ -9,6 +9,7 @@ import typer
 
 from flashdraft.config import ConfigError
 from flashdraft.errors import exit_on_error
+from flashdraft.models.target import TARGETS_HELP
 
 
 def generate(
@@ -18,7 +19,7 @@ def generate(
     set_: Optional[list[str]] = typer.Option(None, "--set", help="any GenerateConfig field: --set key=value "
                                              "(repeatable; flags override it)"),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="output folder"),
-    target: Optional[str] = typer.Option(None, help="target: gemma-3-270m, HF folder/id or .gguf"),
+    target: Optional[str] = typer.Option(None, help=f"target: {TARGETS_HELP}, an HF folder/id or .gguf"),
     backend: Optional[str] = typer.Option(None, help="vllm | hf | openai"),
     dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 | float16"),
     resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="skip ids already written"),

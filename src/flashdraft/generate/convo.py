@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flashdraft.generate.sources import Sample
+from flashdraft.models.chat import has_template, template_text
 from flashdraft.models.target import with_bos
 
 PLAIN_SEPARATOR = "\n\n"
@@ -75,7 +76,7 @@ class Renderer:
     def __init__(self, tokenizer, use_template: bool = True, thinking: bool | None = None,
                  eos_ids: list[int] | tuple[int, ...] = ()):
         self.tok = tokenizer
-        self.template = bool(use_template and getattr(tokenizer, "chat_template", None))
+        self.template = use_template and has_template(tokenizer)
         self.thinking = thinking
         self.eos_ids = set(eos_ids)
 
@@ -89,8 +90,7 @@ class Renderer:
         """Prompt ids for ``conv``'s next answer (conv.ids/mask become exactly that prompt)."""
         seg = conv.segments[conv.turn]
         if self.template:
-            kw = {} if self.thinking is None else {"enable_thinking": self.thinking}
-            text = self.tok.apply_chat_template(conv.messages + seg, tokenize=False, add_generation_prompt=True, **kw)
+            text = template_text(self.tok, conv.messages + seg, self.thinking)
             if conv.prev_text and text.startswith(conv.prev_text):
                 new = self._encode(text[len(conv.prev_text):], special=False)
             else:

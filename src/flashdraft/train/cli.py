@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from flashdraft.errors import exit_on_error
+from flashdraft.models.target import TARGETS_HELP
 from flashdraft.train.config import TrainConfig
 
 
@@ -16,7 +17,7 @@ def train(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file of train config fields"),
     data: Optional[list[str]] = typer.Option(None, "--data", help="JSONL/JSON/Parquet records (repeatable)"),
     out_dir: Optional[str] = typer.Option(None, "--out-dir", help="run folder: checkpoints/, metrics.jsonl, drafter/"),
-    target: Optional[str] = typer.Option(None, "--target", help="target model (default: the embedded gemma-3-270m)"),
+    target: Optional[str] = typer.Option(None, "--target", help=f"target: {TARGETS_HELP}, a .gguf file, an HF folder or id"),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", help="drafter decoder layers"),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="block size B (B-1 drafted tokens)"),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="optimizer steps (overrides --epochs)"),

@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import torch
 
 from flashdraft.decode import build_decoder
 from flashdraft.models.draft_vocab import vocab_coverage
-from flashdraft.records import read_prompts
+from flashdraft import records
+from flashdraft.models.chat import ChatSettings, Prompt
 from flashdraft.train.objective import TrainError
 
 
-def load_eval_prompts(path: str | Path, target, n: int) -> list[list[int]]:
-    """First ``n`` prompts of a prompt file (any layout :func:`flashdraft.records.read_prompts` reads:
-    ``{"prompt": str}``, ``{"prompt_ids": [...]}``, chat records) as token ids."""
+def load_eval_prompts(path: str | Path, target, n: int, chat: ChatSettings | None = None) -> list[list[int]]:
+    """First ``n`` prompts of a prompt file (``{"prompt": str}``, ``{"prompt_ids": [...]}``, chat records: the
+    turns before the first answer) as token ids, rendered by ``chat`` (default: raw text; the trainer passes the
+    rendering its training sequences were made with)."""
     if not Path(path).exists():
         raise TrainError(f"eval prompts {path} do not exist; pass a JSONL of {{prompt}} or {{prompt_ids}} records")
-    return [x if isinstance(x, list) else target.encode(x) for _, x in read_prompts(path, n)]
+    chat = chat or ChatSettings("never")
+    out = []
+    for where, row in records.iter_rows(path):
+        if len(out) >= n:
+            break
+        if "prompt_ids" in row:
+            out.append([int(t) for t in row["prompt_ids"]])
+            continue
+        s = records.parse_row(row, where, records.PROMPT_LAYOUTS)
+        turns = list(itertools.takewhile(lambda m: m["role"] != "assistant", s.messages))
+        out.append(chat.encode(target, Prompt(text=records.prompt_text(s), messages=tuple(turns))))
+    return out
 
 
 @torch.no_grad()

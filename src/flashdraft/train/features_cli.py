@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from flashdraft.errors import exit_on_error
+from flashdraft.models.target import TARGETS_HELP
 from flashdraft.train.objective import TrainError
 
 
@@ -31,7 +32,7 @@ def features(
     set_: Optional[list[str]] = typer.Option(None, "--set", help="any train config field: --set key=value "
                                              "(repeatable; flags override it)"),
     data: Optional[list[str]] = typer.Option(None, "--data", help="JSONL/JSON/Parquet records (repeatable)"),
-    target: Optional[str] = typer.Option(None, "--target", help="target model (default: the embedded gemma-3-270m)"),
+    target: Optional[str] = typer.Option(None, "--target", help=f"target: {TARGETS_HELP}, a .gguf file, an HF folder or id"),
     layer_ids: Optional[str] = typer.Option(None, "--layer-ids", help="target layers, e.g. 1,4,8 (default: the drafter's rule)"),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", help="drafter layers: picks the default layer ids"),
     max_len: Optional[int] = typer.Option(None, "--max-len", help="truncate sequences (as training does)"),

@@ -29,6 +29,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from flashdraft.io import atomic_write_text, check_output_dir, make_output_dir
+from flashdraft.models.chat import ChatSettings, prompting_of
 from flashdraft.models.draft_vocab import format_coverage
 from flashdraft.models.drafter import Drafter, load_drafter
 from flashdraft.models.forward import target_pass
@@ -68,7 +69,7 @@ class Variant:
     ones load through the drafter registry (``config.json`` architectures)."""
 
     def __init__(self, name: str | None, cfg: TrainConfig, root: Path, target, examples: list[Example],
-                 total_steps: int, resume_step: int | None, scale_of=None):
+                 total_steps: int, resume_step: int | None, scale_of=None, prompting: dict | None = None):
         self.name, self.cfg = name, cfg
         self.out = root / name if name else root
         self.resume_from = self.out / "checkpoints" / f"step-{resume_step:08d}" if resume_step is not None else None
@@ -92,6 +93,8 @@ class Variant:
         if "block_hints" in getattr(type(self.drafter.cfg), "model_fields", {}):  # unset: as init_from has it
             hints = cfg.block_hints or self.drafter.cfg.block_hints or "none"
             self.drafter.cfg.block_hints = None if hints == "none" else hints  # what training and decoders fill in
+        if self.resume_from is None:  # how the training sequences were prompted (chat template or raw text)
+            self.drafter.cfg.prompting = prompting
         self.scale = scale_of(self.drafter.target_layer_ids, cfg.feature_norm) if scale_of else None
         if self.scale is not None:  # fc reads the features at a common scale (folded into fc.weight on save)
             fresh = self.resume_from is None and not cfg.init_from
@@ -192,7 +195,10 @@ class Trainer:
             return
         resume_step = self._common_checkpoint([self.out / n if n else self.out for n, _ in named]) if cfg.resume else None
         self.feature_stats = feature_stats(self.feature_rms, self.stats_layers)
-        self.variants = [Variant(n, c, self.out, target, examples, self.total_steps, resume_step, self._scale_of)
+        # how the training sequences were prompted: saved in each drafter's config, and how eval prompts are rendered
+        self.prompting = prompting_of([e.token_ids for e in examples], getattr(target, "tokenizer", None))
+        self.variants = [Variant(n, c, self.out, target, examples, self.total_steps, resume_step, self._scale_of,
+                                 self.prompting)
                          for n, c in named]
         # the target pass captures the union of the variants' layers; each variant reads its columns
         self.layer_ids = sorted({i for v in self.variants for i in v.drafter.target_layer_ids})
@@ -225,7 +231,8 @@ class Trainer:
             self.channel = FeatureChannel(self.role, target.device, target.dtype)
         self.eval_prompts = eval_prompts
         if self.eval_prompts is None and cfg.eval_prompts and cfg.eval_n:
-            self.eval_prompts = load_eval_prompts(cfg.eval_prompts, target, cfg.eval_n)
+            self.eval_prompts = load_eval_prompts(cfg.eval_prompts, target, cfg.eval_n,
+                                                  ChatSettings("auto" if self.prompting["chat_template"] else "never"))
         self.metrics_path = self.out / "metrics.jsonl"
         self._tb: dict[str, object] = {}
         if cfg.bf16 and not self.bf16:
