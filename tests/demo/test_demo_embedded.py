@@ -32,3 +32,21 @@ def test_demo_smallest_settings(tmp_path):
     assert "report.html" in r.output
     again = CliRunner().invoke(app, ["demo", "--out", str(out), *TINY])
     assert again.exit_code == 0 and again.output.count("skipped") == 7, again.output
+
+
+def test_demo_on_the_chat_target_uses_its_template(tmp_path):
+    """`demo --target smollm2-135m-instruct`: no shipped drafter for it, so a fresh one is trained and benched alone;
+    generate and bench render prompts through its ChatML template, and the report says so."""
+    out = tmp_path / "demo"
+    tiny = [a for a in TINY if a != str(ROOT / "assets/gemma-3-270m-dflash") and a != "--drafter"]
+    r = CliRunner().invoke(app, ["demo", "--out", str(out), "--target", "smollm2-135m-instruct", *tiny])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert summary["headline"]["lossless"] and set(summary["headline"]["drafters"]) == {"trained"}
+    assert "Prompting (generate and bench): the target's chat template" in (out / "report" / "report.md").read_text()
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(sorted((out / "generated").glob("*.parquet"))[0]).to_pylist()
+    assert all(r["token_ids"][:1] == [1] and 4093 in r["token_ids"][:40] for r in rows)  # <|im_start|> ... user
+    cfg = json.loads((out / "train" / "drafter" / "config.json").read_text())
+    assert cfg["prompting"]["chat_template"] is True and cfg["dflash_config"]["mask_token_id"] == 5

@@ -1,4 +1,4 @@
-"""``flashdraft demo``: the whole pipeline on the embedded target, ending in a report folder."""
+"""``flashdraft demo``: the whole pipeline on an embedded target (or any target), ending in a report folder."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ from typing import Optional
 import typer
 
 from flashdraft.errors import exit_on_error
+from flashdraft.models.target import TARGETS_HELP
 
 
 def demo(
     out: Optional[str] = typer.Option(None, "--out", help="run folder (default runs/demo)"),
+    target: Optional[str] = typer.Option(None, "--target", help=f"target: {TARGETS_HELP}, a .gguf file or an HF folder/id"),
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="auto (default): prompts through the target's chat template when it has one | never: raw text"),
     minutes: Optional[float] = typer.Option(None, "--minutes", help="training budget in minutes (default 4)"),
     fresh: bool = typer.Option(False, "--fresh", help="run every stage again (default: skip finished stages)"),
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="the shipped drafter benched next to the new one"),
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="the shipped drafter benched next to the new one (default: the repository's asset for the target, if any)"),
     init_from: Optional[str] = typer.Option(None, "--init-from", help="fine-tune this drafter (default: --drafter)"),
     scratch: bool = typer.Option(False, "--scratch", help="train a fresh drafter instead of fine-tuning"),
     prompts: Optional[int] = typer.Option(None, "--prompts", help="training prompts to generate answers for"),
@@ -35,7 +38,7 @@ def demo(
     from flashdraft.demo.stages import run_stages
 
     with exit_on_error():
-        cfg = DemoConfig.load(config, sets=set_, out=out, minutes=minutes, drafter=drafter, init_from=init_from,
+        cfg = DemoConfig.load(config, sets=set_, out=out, target=target, chat_template=chat_template, minutes=minutes, drafter=drafter, init_from=init_from,
                               prompts=prompts, new_tokens=new_tokens, backend=backend, bench_prompts=bench_prompts,
                               bench_tokens=bench_tokens, threads=threads, fine_tune=False if scratch else None,
                               budgets=[int(b) for b in budgets.split(",")] if budgets else None)

@@ -23,6 +23,7 @@ from flashdraft.config import Section
 from flashdraft.decode.sizing import Sizing
 from flashdraft.demo.stages import Stage, StageError
 from flashdraft.io import atomic_write_text
+from flashdraft.models.chat import ChatTemplateMode
 
 
 class DemoConfig(Section):
@@ -30,7 +31,12 @@ class DemoConfig(Section):
 
     out: str = Field("runs/demo", description="run folder: one sub-folder per stage, stages/ markers, report/")
     target: str = Field("gemma-3-270m", description="target: embedded name, HF folder/id or .gguf file")
-    drafter: str = Field("assets/gemma-3-270m-dflash", description="the shipped drafter, benched next to the new one")
+    drafter: str | None = Field("auto", description="the shipped drafter, benched next to the new one; auto: "
+                                "assets/<target>-dflash when the repository ships one, else none (a fresh drafter "
+                                "is trained and benched alone)")
+    chat_template: ChatTemplateMode = Field(
+        "auto", description="generate and bench: prompts through the target's chat template when it has one (as a "
+        "served user's), or never (raw text)")
     recipe: str = Field("recipes/gemma3_270m_dflash.yaml", description="TrainConfig YAML of the training recipe")
     sources: list[str] = Field(["stdlib-code", "stdlib-docs"], description="built-in prompt sources (no held-out sets)")
     prompts: int = Field(24, ge=1, description="prompts in all, split evenly across the sources")
@@ -64,9 +70,19 @@ class DemoConfig(Section):
     threads: int = Field(1, ge=1, description="torch intra-op threads (1 on a shared machine)")
 
     @property
+    def shipped(self) -> str | None:
+        """The shipped drafter benched next to the new one (``drafter``; auto: the repository's asset for the target)."""
+        if self.drafter not in ("auto", None, ""):
+            return self.drafter
+        if self.drafter is None or self.drafter == "":
+            return None
+        asset = Path("assets") / f"{Path(self.target).name}-dflash"
+        return str(asset) if (asset / "config.json").is_file() else None
+
+    @property
     def start_from(self) -> str | None:
         """The drafter training starts from (None: a fresh one)."""
-        return (self.init_from or self.drafter) if self.fine_tune else None
+        return (self.init_from or self.shipped) if self.fine_tune else None
 
 
 def _target(ctx: dict, cfg: DemoConfig):
@@ -113,7 +129,7 @@ def stage_generate(cfg: DemoConfig, ctx: dict) -> dict:
     backend = cfg.backend if cfg.backend != "auto" else ("vllm" if gpu_vllm else "hf")
     out = Path(ctx["out"]) / "generated"
     gcfg = GenerateConfig(sources=[_need(ctx, "prompts", "prompts")], target=cfg.target, backend=backend,
-                          dtype="float32", temperature=0.0, max_tokens=cfg.new_tokens, chat_template="never",
+                          dtype="float32", temperature=0.0, max_tokens=cfg.new_tokens, chat_template=cfg.chat_template,
                           output=str(out), resume=True, max_model_len=2048, enforce_eager=True,
                           chunk_size=16, flush_every=16)  # written every 16 records: Ctrl-C loses at most one chunk
     t0 = time.perf_counter()
@@ -193,27 +209,30 @@ def machine() -> dict:
 def stage_bench(cfg: DemoConfig, ctx: dict) -> dict:
     from tqdm import tqdm
 
-    from flashdraft.bench.decode_bench import load_prompt_set, markdown_table, run_decode_bench
+    from flashdraft.bench.decode_bench import load_prompts, markdown_table, run_decode_bench
     from flashdraft.bench.plots import decode_plots
+    from flashdraft.models.chat import ChatSettings
     from flashdraft.models.drafter import load_drafter
 
     target = _target(ctx, cfg)
-    drafters = {"shipped": load_drafter(cfg.drafter, target),
-                "trained": load_drafter(_need(ctx, "train", "drafter"), target)}
-    name, prompts = load_prompt_set("humaneval", cfg.bench_prompts)
+    drafters = {"shipped": load_drafter(cfg.shipped, target)} if cfg.shipped else {}
+    drafters["trained"] = load_drafter(_need(ctx, "train", "drafter"), target)
+    name, prompts = load_prompts("humaneval", cfg.bench_prompts)
     out = Path(ctx["out"]) / "bench"
     bar = tqdm(total=len(prompts), desc="bench decode (prompts)", unit="prompt")
     try:
         res = run_decode_bench(target, drafters, {name: prompts}, cfg.budgets, [0.0], cfg.bench_tokens, cfg.repeats,
                                out, log=lambda _msg: bar.update(1), ngram=cfg.ngram,
-                               lookup=dict(lookup_min=cfg.lookup_min), sizings=list(cfg.sizings))
+                               lookup=dict(lookup_min=cfg.lookup_min), sizings=list(cfg.sizings),
+                               chat=ChatSettings(cfg.chat_template))
     finally:
         bar.close()
     atomic_write_text(out / "results.md", markdown_table(res))
     atomic_write_text(out / "machine.json", json.dumps(machine(), indent=1) + "\n")
     plots = decode_plots(res, out / "plots")
     return {"results": str(out / "results.json"), "table": str(out / "results.md"), "machine": str(out / "machine.json"),
-            "drafters": {"shipped": cfg.drafter, "trained": _need(ctx, "train", "drafter")},
+            "drafters": {"shipped": cfg.shipped, "trained": _need(ctx, "train", "drafter")},
+            "prompting": res["prompting"],
             "plots": [str(p) for p in plots]}
 
 

@@ -96,19 +96,19 @@ def bench_rows(bench: dict) -> tuple[list[str], list[list]]:
     return head, out
 
 
-def gpu_commands(out: Path, data: dict, recipe: str) -> list[tuple[str, str]]:
+def gpu_commands(out: Path, data: dict, recipe: str, chat_template: str = "auto") -> list[tuple[str, str]]:
     """The exact commands that repeat each stage at full scale on a GPU box (8 GPUs)."""
     o = data["outputs"]
     prompts = o["prompts"].get("prompts", "prompts.jsonl")
     q = shlex.quote
     cmds = [
         ("generate (one vLLM engine per GPU)", f"flashdraft generate {q(prompts)} -o data/generated --backend vllm "
-         "--data-parallel 8 --dtype bfloat16 --temperature 0 --max-tokens 2048 --chat-template never --resume"),
+         f"--data-parallel 8 --dtype bfloat16 --temperature 0 --max-tokens 2048 --chat-template {chat_template} --resume"),
         ("mix report", "flashdraft mix report data/generated --out data/mix"),
         ("train (torchrun, one process per GPU)", f"torchrun --nproc-per-node 8 -m flashdraft.cli train --config "
          f"{q(recipe)} --data data/generated --out-dir runs/full --bf16"),
         ("bench decode", "flashdraft bench decode --drafter runs/full/drafter --prompts humaneval --limit 164 "
-         "--budgets 8,16,32,64,128 --repeats 3"),
+         f"--budgets 8,16,32,64,128 --repeats 3 --chat-template {chat_template}"),
         ("export for vLLM", "flashdraft export runs/full/drafter --to vllm -o runs/full/vllm"),
     ]
     for name, cmd in (o["export"].get("serve") or {}).items():
@@ -158,7 +158,7 @@ def write_report(out: Path, cfg) -> dict[str, Path]:
     t_cm = _table(["concurrency"] + [f"{b}: best speculative speedup" for b in curves["boxes"]], cm_rows)
     gen, tr, mix, man = data["outputs"]["generate"], data["outputs"]["train"], data["mix"], data["manifest"]
     shares = ", ".join(f"{d} {100 * v['share']:.0f}%" for d, v in (mix.get("domains") or {}).items() if v.get("count"))
-    cmds = gpu_commands(out, data, cfg.recipe)
+    cmds = gpu_commands(out, data, cfg.recipe, cfg.chat_template)
 
     verdict = []
     for d, r in h["drafters"].items():
@@ -186,6 +186,7 @@ def write_report(out: Path, cfg) -> dict[str, Path]:
         f"Mix: {shares or 'n/a'}.",
         f"Train: {tr.get('steps')} of {tr.get('total_steps')} steps (stopped: {tr.get('stopped')}), "
         f"started from {tr.get('init_from') or 'a fresh drafter'} -> {tr.get('drafter')}.",
+        f"Prompting (generate and bench): {bench.get('prompting', 'raw prompt text')}.",
         f"Bench: {h['prompts']} held-out HumanEval prompts x {bench['max_new_tokens']} new tokens, "
         f"{bench['repeats']} run(s) each, all variants interleaved; AR TPOT {h['ar_tpot_ms']:.1f} ms.",
         f"Export: {data['outputs']['export'].get('exported')} ({data['outputs']['export'].get('format')}).",
