@@ -115,6 +115,9 @@ def main() -> None:
             row = {"drafter": drafter, "set": spec, "prompts": len(ex), "walk_rounds": rep["walk_rounds"],
                    **{f"{k}_walk_tau": rep[k]["walk_tau"] for k in ("drafter", "prompt_lookup") if k in rep},
                    "acc_slot_1_2_4_8": [rep["drafter"]["acc_per_slot"][i] for i in (0, 1, 3, 7)]}
+            if "drafter_unary" in rep:  # DFlash2: the unary argmax before reranking, and the selector's own figures
+                row["unary_acc_slot_1_2_4_8"] = [rep["drafter_unary"]["acc_per_slot"][i] for i in (0, 1, 3, 7)]
+                row.update(candidate_recall=rep["candidate_recall"], selector_acc=rep["selector_acc"])
             if a.decode:
                 prompts = [e.token_ids[: e.loss_mask.index(1)] for e in ex[: a.decode]]
                 row["decode_tau"] = evaluate_tau(target, v.drafter, prompts, a.new_tokens, v.objective.eval_method)["tau"]

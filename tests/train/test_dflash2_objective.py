@@ -39,7 +39,9 @@ def test_loss_falls_and_the_saved_drafter_proposes_the_same(tmp_path, data):
     assert res.stopped == "done" and len(losses) == 12
     assert sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
     assert res.eval is not None and res.eval["tau"] >= 1
-    assert res.heldout and "drafter" in next(iter(res.heldout.values()))
+    held = next(iter(res.heldout.values()))
+    assert res.heldout and "drafter" in held and "drafter_unary" in held  # after and before reranking
+    assert 0 <= held["candidate_recall"] <= 1 and 0 <= held["selector_acc"] <= 1
     train = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in train if r["kind"] == "train"]
     assert 0 <= train[-1]["candidate_recall"] <= 1 and 0 <= train[-1]["selector_acc"] <= 1

@@ -161,3 +161,26 @@ def test_calibrated_tree_estimates_its_own_acceptance(trained):
         return abs(math.log(p["expected"] / p["accepted"]))
 
     assert miscalibration(t) <= min(miscalibration(x) for x in (min(per), 1.0, max(per))) + 0.02
+
+
+def test_baseline_walks_are_not_capped_by_a_draft_vocabulary():
+    """Prompt lookup drafts any token of the context: its walk is the same whatever the drafter's draft vocabulary,
+    while the drafter's own walk counts a token outside its vocabulary as a miss."""
+    from flashdraft.models.dflash import DFlashDrafter
+
+    target = tiny_target("qwen3", initializer_range=0.1)
+    examples = greedy_examples(target, 4, seed=1)
+    batch = collate([[e] for e in examples], [0] * len(examples))
+    ngram = NgramBaseline(examples)
+    walks = {}
+    for name, vocab in (("full", None), ("cut", torch.arange(8))):  # 8 of the target's ids only
+        d = DFlashDrafter.for_target(target, num_layers=1, block_size=BLOCK, target_layer_ids=[1, 3],
+                                     mask_token_id=MASK_ID, draft_vocab=vocab)
+        cfg = TrainConfig(target="tiny", block_size=BLOCK, mask_token_id=MASK_ID, target_layer_ids=[1, 3],
+                          draft_vocab_size=None if vocab is None else 8)
+        obj = objective_class("dflash").from_config(d, cfg)
+        feats, final = target_pass(target, batch, d.target_layer_ids, want_final=True)
+        walks[name] = walk_batch(obj, batch, feats, final, ngram)
+    assert walks["cut"]["prompt_lookup"] == walks["full"]["prompt_lookup"]
+    assert walks["cut"]["trigram"] == walks["full"]["trigram"]
+    assert sum(walks["full"]["prompt_lookup"]) / len(walks["full"]["prompt_lookup"]) > 1.0

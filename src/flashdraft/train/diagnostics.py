@@ -174,11 +174,12 @@ def baseline_predictions(ngram: NgramBaseline, input_ids: torch.Tensor, anchors:
 
 @torch.no_grad()
 def reference_tokens(target, blocks, final_h: torch.Tensor | None, chunk: int = 256) -> torch.Tensor:
-    """[b, A, B] what a greedy decoder accepts at each scored block slot (-1 elsewhere), the one
+    """[b, A, B] what a greedy decoder accepts at each supervised block slot (-1 elsewhere; a slot outside a
+    draft vocabulary included: a drafter's walk counts it a miss, a drafter-free baseline may hit it), the one
     reference every predictor is scored against: with the target's final hidden states ``final_h``
     [b, T, H], its full-vocabulary argmax at anchor + k - 1 (on human text too, where the data's token
     often differs); without them the data's own tokens (the target's answers, for regenerated data)."""
-    scored = blocks.weights > 0  # [b, A, B]
+    scored = blocks.supervised if blocks.supervised is not None else blocks.weights > 0  # [b, A, B]
     if final_h is None:
         return torch.where(scored, blocks.labels, -1).cpu()
     b, T, H = final_h.shape
@@ -255,6 +256,7 @@ def heldout_report(objective, examples: list[Example], features_of, ngram: Ngram
     feats = [features_of(batch, rows) for batch, rows, _ in batches]
     hits: dict[str, list[torch.Tensor]] = defaultdict(list)
     weights: list[torch.Tensor] = []
+    selector = [0.0, 0.0, 0.0]  # DFlash2 selector: label in the unary top-k, pick right, supervised slots
     finals = [x[1] for x in feats]
     feats = [x[0] for x in feats]
     for i, (batch, rows, bl) in enumerate(batches):
@@ -271,11 +273,18 @@ def heldout_report(objective, examples: list[Example], features_of, ngram: Ngram
         for name, x in (("drafter", f), ("context_zeroed", torch.zeros_like(f)), ("context_shuffled", shuffled)):
             out = objective(batch, bl, 1.0, features=x, final_h=finals[i])
             hits[name].append((out.pred.cpu() == ref)[sel])
+            if name == "drafter" and getattr(objective, "last_unary_pred", None) is not None:  # DFlash2: before reranking
+                hits["drafter_unary"].append((objective.last_unary_pred.cpu() == ref)[sel])
+                inside, right, n = objective._selector_stats
+                selector = [a + b for a, b in zip(selector, (inside, right, n))]
         if ngram is not None:
             for name, p in baseline_predictions(ngram, batch.input_ids, bl.anchors.cpu(), sel, B).items():
                 hits[name].append((p == ref)[sel])
     W = torch.cat(weights)  # [n_anchors, B]
     report = {}
+    if selector[2]:  # DFlash2: the label among the unary top-k, and the selector's pick right when it was
+        report["candidate_recall"] = selector[0] / selector[2]
+        report["selector_acc"] = selector[1] / selector[0] if selector[0] else math.nan
     for name, hs in hits.items():
         m = acceptance_metrics(torch.cat(hs), W)
         report[name] = {"acc_per_slot": m["acc_per_slot"], "acc": m["acc"], "tau_proxy": m["tau_proxy"]}
@@ -298,10 +307,13 @@ def walk_batch(objective, batch, features: torch.Tensor, final_h: torch.Tensor |
     ref = reference_tokens(objective.drafter.target, bl, final_h)
     anchors, valid, w = bl.anchors.cpu(), bl.valid.cpu(), bl.weights.cpu()
     can_anchor = decode_anchors(batch, bl)  # [b, A]
-    preds = {"drafter": objective(batch, bl, 1.0, features=features, final_h=final_h).pred.cpu()}
-    if ngram is not None:
-        preds.update(baseline_predictions(ngram, batch.input_ids, anchors, valid, bl.labels.shape[-1]))
-    return {name: walk_taus(p == ref, w, anchors, can_anchor) for name, p in preds.items()}
+    out = {"drafter": walk_taus(objective(batch, bl, 1.0, features=features, final_h=final_h).pred.cpu() == ref, w,
+                                anchors, can_anchor)}
+    if ngram is not None:  # scored on every token the target said: no draft vocabulary caps a baseline
+        free = bl.supervised.cpu().float() if bl.supervised is not None else w
+        for name, p in baseline_predictions(ngram, batch.input_ids, anchors, valid, bl.labels.shape[-1]).items():
+            out[name] = walk_taus(p == ref, free, anchors, can_anchor)
+    return out
 
 
 def tree_accepts(tree, reference: list[int]) -> int:
@@ -416,6 +428,10 @@ def format_report(report: dict, step: int) -> str:
         w = report[r].get("walk_tau", math.nan)
         lines.append(f"| {r} | " + " | ".join("-" if a != a else f"{a:.3f}" for a in acc)
                      + f" | {report[r]['tau_proxy']:.2f} | " + ("-" if w != w else f"{w:.2f}") + " |")
+    if "candidate_recall" in report:
+        lines.append(f"selector (teacher-forced, supervised slots): label in the unary top-k {report['candidate_recall']:.3f}, "
+                     f"pick right where it was {report['selector_acc']:.3f}; drafter = after reranking, drafter_unary "
+                     "= the unary argmax before it")
     if report["ignores_context"]:
         lines.append(f"WARNING: with its context features zeroed or shuffled the drafter keeps "
                      f"{100 * report['ablation_ratio']:.0f}% of its slot-1 accuracy: it barely reads the target "

@@ -94,6 +94,7 @@ class Blocks:
     weights: torch.Tensor  # [b, A, B] float: decay weight, 0 where unsupervised (always 0 at k = 0)
     norm: float = 0.0  # this micro-batch's share of the step's loss normaliser (set by DFlashObjective.blocks)
     inputs: torch.Tensor | None = None  # [b, A, B] long: the blocks' input ids when draft slots hold hints (else MASK)
+    supervised: torch.Tensor | None = None  # [b, A, B] bool: the target's own tokens, in the draft vocabulary or not
 
     @property
     def weight_sum(self) -> float:
@@ -437,6 +438,7 @@ class DFlashObjective(BlockMetrics):
         prob = (1.0 if evaluate else self.hint_prob) if getattr(self.drafter.cfg, "block_hints", None) else 0.0
         if prob > 0:
             bl.inputs = hinted_inputs(batch, anchors, valid, self.drafter.block_size, self.drafter.mask_token_id, prob)
+        bl.supervised = bl.weights > 0  # what a drafter-free predictor (prompt lookup) is scored on
         if self.draft_vocab:  # a label outside the draft vocabulary can never be drafted: no loss there
             bl.weights = bl.weights * self.drafter.t2d[bl.labels].to(bl.weights.dtype)
         if self.position_weights in SELF_WEIGHTS:

@@ -69,6 +69,7 @@ class DFlash2Objective(DFlashObjective):
         self.selector_loss_alpha = selector_loss_alpha
         self._selector_stats = (0.0, 0.0, 0.0)  # label in top-k, served pick right, supervised slots (last call)
         self._picks = self._unary_correct = None
+        self.last_unary_pred = None
 
     drafter_architecture = "DFlash2DraftModel"
 
@@ -105,6 +106,7 @@ class DFlash2Objective(DFlashObjective):
         the ``unary_acc`` metric."""
         self._picks, self._unary_correct = None, None
         out = super().__call__(batch, blocks, normaliser, features, final_h, seed)
+        self.last_unary_pred = out.pred  # [b, A, B] the unary argmax (before reranking), for held-out reports
         if self._picks is not None:
             sel = blocks.weights > 0
             self._unary_correct = out.correct
