@@ -88,7 +88,8 @@ def test_fine_tuning_uses_its_own_learning_rate_and_block_size(tmp_path):
     from flashdraft.train.config import TrainConfig
 
     ft = DemoConfig()
-    shipped = json.loads((Path(ft.drafter) / "config.json").read_text())
+    assert ft.shipped == "assets/gemma-3-270m-dflash" and DemoConfig(target="smollm2-135m-instruct").shipped is None
+    shipped = json.loads((Path(ft.shipped) / "config.json").read_text())
     own = shipped["block_size"]
     assert train_sets(ft)[-2:] == [f"lr={ft.fine_tune_lr}", f"block_size={own}"]
     loaded = TrainConfig.load(ft.recipe, sets=train_sets(ft))

@@ -72,10 +72,8 @@ class DemoConfig(Section):
     @property
     def shipped(self) -> str | None:
         """The shipped drafter benched next to the new one (``drafter``; auto: the repository's asset for the target)."""
-        if self.drafter not in ("auto", None, ""):
-            return self.drafter
-        if self.drafter is None or self.drafter == "":
-            return None
+        if self.drafter != "auto":
+            return self.drafter or None
         asset = Path("assets") / f"{Path(self.target).name}-dflash"
         return str(asset) if (asset / "config.json").is_file() else None
 
