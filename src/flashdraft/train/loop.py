@@ -93,8 +93,11 @@ class Variant:
         if "block_hints" in getattr(type(self.drafter.cfg), "model_fields", {}):  # unset: as init_from has it
             hints = cfg.block_hints or self.drafter.cfg.block_hints or "none"
             self.drafter.cfg.block_hints = None if hints == "none" else hints  # what training and decoders fill in
-        if self.resume_from is None:  # how the training sequences were prompted (chat template or raw text)
-            self.drafter.cfg.prompting = prompting
+        if self.resume_from is None and prompting is not None:  # how the training sequences were prompted
+            if isinstance(self.drafter.cfg, dict):  # a family whose config is a plain dict
+                self.drafter.cfg["prompting"] = prompting
+            else:
+                self.drafter.cfg.prompting = prompting
         self.scale = scale_of(self.drafter.target_layer_ids, cfg.feature_norm) if scale_of else None
         if self.scale is not None:  # fc reads the features at a common scale (folded into fc.weight on save)
             fresh = self.resume_from is None and not cfg.init_from
