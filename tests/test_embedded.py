@@ -118,7 +118,7 @@ def test_shipped_eagle3_drafter_is_lossless_and_accepts(embedded_target, referen
 
 def test_dflash2_chain_and_tree_are_lossless_on_gemma(embedded_target, references):
     """A DFlash2 drafter grown from the shipped DFlash one, its selector and convolutions moved off their identity
-    start (so reranking changes the drafts): chain and tree outputs equal AR's on 4 real prompts x 64 tokens."""
+    start (so reranking changes the drafts): chain and tree outputs equal AR's on 2 real prompts x 64 tokens."""
     from flashdraft.models.dflash import DFlash2Drafter
     from flashdraft.models.drafter import load_drafter
 
@@ -131,9 +131,9 @@ def test_dflash2_chain_and_tree_are_lossless_on_gemma(embedded_target, reference
                 p.add_(torch.randn(p.shape, generator=g) * (0.5 if name.startswith("candidate_selector.") else 0.01))
     taus = {}
     for method, budget in (("dflash", None), ("ddtree", 16)):
-        for p, ref in references[:4]:
+        for p, ref in references[:2]:
             res = build_decoder(method, embedded_target, d2, budget=budget).generate(p, NEW)
             assert_same_tokens(embedded_target, p, res.tokens, ref, f"dflash2-{method}/gemma-3-270m")
             taus.setdefault(method, []).extend(res.stats.taus)
-    base_taus = [t for p, _ in references[:4] for t in build_decoder("dflash", embedded_target, base).generate(p, NEW).stats.taus]
+    base_taus = [t for p, _ in references[:2] for t in build_decoder("dflash", embedded_target, base).generate(p, NEW).stats.taus]
     assert taus["dflash"] != base_taus  # the selector reranked: another chain than the unary argmax's
