@@ -76,6 +76,12 @@ def test_prompting_recorded_from_the_sequences(chat_target, base_target):
     assert prompting_mismatch(Cfg, ChatSettings(), tok) is None
     assert "--chat-template auto" in prompting_mismatch(Cfg, ChatSettings("never"), tok)
 
+    class Drafter:
+        cfg = Cfg
+
+    assert ChatSettings().notes(tok, [Drafter]) == []
+    assert any("--chat-template auto" in n for n in ChatSettings("never").notes(tok, [Drafter]))
+
 
 def test_mask_token_chosen_from_spare_special_tokens(tmp_path):
     target = load_target(str(build_tiny_model(tmp_path / "m", chat_template=True)))

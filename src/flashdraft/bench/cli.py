@@ -69,7 +69,7 @@ def decode(
     from flashdraft.bench.plots import decode_plots
     from flashdraft.decode.base import DecodeError
     from flashdraft.io import OutputPathError, atomic_write_text, check_output_dir
-    from flashdraft.models.chat import ChatError, prompting_mismatch
+    from flashdraft.models.chat import ChatError
     from flashdraft.models.drafter import DrafterError, load_drafter
     from flashdraft.models.target import TargetError, load_target
 
@@ -88,9 +88,8 @@ def decode(
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         drafters = {n: load_drafter(d, tgt) for n, d in zip(drafter_names(cfg.drafter), cfg.drafter)}
         chat = cfg.chat
-        for note in chat.notes(tgt.tokenizer) + [prompting_mismatch(d.cfg, chat, tgt.tokenizer) for d in drafters.values()]:
-            if note:
-                warn(note)
+        for note in chat.notes(tgt.tokenizer, drafters.values()):
+            warn(note)
         res = run_decode_bench(tgt, drafters, sets_, cfg.budgets, cfg.temperatures, cfg.max_new_tokens, cfg.repeats, out,
                                log=lambda m: console.print(m, markup=False, highlight=False), ngram=cfg.ngram,
                                lookup=dict(lookup_min=cfg.lookup_min, lookup_max=cfg.lookup_max), sizings=cfg.sizing,

@@ -13,7 +13,7 @@ from flashdraft.decode import DECODERS, DecodeError
 from flashdraft.decode.base import unused_settings
 from flashdraft.decode.config import DecodeConfig
 from flashdraft.errors import fail, warn
-from flashdraft.models.chat import ChatError, prompting_mismatch
+from flashdraft.models.chat import ChatError
 from flashdraft.models.drafter import DrafterError, drafter_families
 from flashdraft.models.target import TARGETS_HELP, TargetError
 
@@ -63,9 +63,8 @@ def decode(
         tgt = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device)
         d = load_drafter(cfg.drafter, tgt) if cfg.drafter else None
         chat = cfg.chat
-        for note in chat.notes(tgt.tokenizer) + ([prompting_mismatch(d.cfg, chat, tgt.tokenizer)] if d else []):
-            if note:
-                warn(note)
+        for note in chat.notes(tgt.tokenizer, [d] if d else []):
+            warn(note)
         options = {k: getattr(cfg, k) for k in DECODERS[cfg.method].OPTIONS if k in DecodeConfig.model_fields}
         dec = build_decoder(cfg.method, tgt, d, budget=cfg.budget, **options)
         ids = chat.encode(tgt, prompt)

@@ -85,9 +85,10 @@ class ChatSettings:
             think = ", thinking " + {None: "as the template defaults", True: "on", False: "off"}[self.thinking]
         return "the target's chat template" + think + (", with a system prompt" if self.system else "")
 
-    def notes(self, tokenizer) -> list[str]:
-        """Options that have no effect with this target, said once."""
-        out = []
+    def notes(self, tokenizer, drafters=()) -> list[str]:
+        """What to warn about once: options that have no effect with this target, and each of ``drafters`` trained
+        on another prompt format (:func:`prompting_mismatch`)."""
+        out = [m for d in drafters if (m := prompting_mismatch(d.cfg, self, tokenizer))]
         if self.thinking is not None and not (self.uses_template(tokenizer) and knows_thinking(tokenizer)):
             out.append("--thinking/--no-thinking has no effect: " + (
                 "the prompts are raw text" if not self.uses_template(tokenizer) else

@@ -8,6 +8,7 @@ tool turns it cannot replay, mix renders text for its signals, train tokenises).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from flashdraft.records.layouts import (
 __all__ = [
     "CHAT_LAYOUTS", "DATA_SUFFIXES", "FORMATS", "ID_KEYS", "LAYOUTS", "PROMPT_LAYOUTS", "ROLE_ALIASES", "RecordError",
     "Sample", "Where", "content_hash", "data_files", "detect_layout", "iter_rows", "parse_row", "prompt_text",
-    "read_prompts", "read_samples", "row_id", "unknown_layout",
+    "prompt_turns", "read_prompt_rows", "read_prompts", "read_samples", "row_id", "unknown_layout",
 ]
 
 
@@ -34,25 +35,30 @@ def read_samples(path: str | Path, layouts: tuple[str, ...] = LAYOUTS) -> Iterat
         yield where, s
 
 
+def prompt_turns(sample: Sample) -> list[dict]:
+    """The turns before the first assistant turn: what a prompt set asks."""
+    return list(itertools.takewhile(lambda m: m["role"] != "assistant", sample.messages))
+
+
 def prompt_text(sample: Sample) -> str:
     """The text a plain-continuation prompt set uses: the turns before the first assistant turn (blank-line joined)."""
-    turns = []
-    for m in sample.messages:
-        if m["role"] == "assistant":
-            break
-        turns.append(m["content"])
-    return "\n\n".join(turns)
+    return "\n\n".join(m["content"] for m in prompt_turns(sample))
 
 
-def read_prompts(path: str | Path, limit: int | None = None) -> Iterator[tuple[Where, str | list[int]]]:
-    """Prompts of a file, at most ``limit``: a row's ``prompt_ids`` (token ids) if it has them, else the
-    text of its turns before the first answer (:func:`prompt_text`)."""
-    n = 0
-    for where, row in iter_rows(path):
+def read_prompt_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[Where, Sample | list[int]]]:
+    """Prompt rows of a file, at most ``limit``: a row's ``prompt_ids`` (token ids) if it has them, else the row
+    as a :class:`Sample` (its prompt: :func:`prompt_turns`, :func:`prompt_text`)."""
+    for n, (where, row) in enumerate(iter_rows(path)):
         if limit is not None and n >= limit:
             return
         if "prompt_ids" in row:
             yield where, [int(t) for t in row["prompt_ids"]]
         else:
-            yield where, prompt_text(parse_row(row, where, PROMPT_LAYOUTS))
-        n += 1
+            yield where, parse_row(row, where, PROMPT_LAYOUTS)
+
+
+def read_prompts(path: str | Path, limit: int | None = None) -> Iterator[tuple[Where, str | list[int]]]:
+    """Prompts of a file, at most ``limit``: a row's ``prompt_ids`` (token ids) if it has them, else the
+    text of its turns before the first answer (:func:`prompt_text`)."""
+    for where, x in read_prompt_rows(path, limit):
+        yield where, x if isinstance(x, list) else prompt_text(x)

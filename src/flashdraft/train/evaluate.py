@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import torch
 
-from flashdraft.decode import build_decoder
-from flashdraft.models.draft_vocab import vocab_coverage
 from flashdraft import records
+from flashdraft.decode import build_decoder
 from flashdraft.models.chat import ChatSettings, Prompt
+from flashdraft.models.draft_vocab import vocab_coverage
 from flashdraft.train.objective import TrainError
 
 
@@ -21,17 +20,9 @@ def load_eval_prompts(path: str | Path, target, n: int, chat: ChatSettings | Non
     if not Path(path).exists():
         raise TrainError(f"eval prompts {path} do not exist; pass a JSONL of {{prompt}} or {{prompt_ids}} records")
     chat = chat or ChatSettings("never")
-    out = []
-    for where, row in records.iter_rows(path):
-        if len(out) >= n:
-            break
-        if "prompt_ids" in row:
-            out.append([int(t) for t in row["prompt_ids"]])
-            continue
-        s = records.parse_row(row, where, records.PROMPT_LAYOUTS)
-        turns = list(itertools.takewhile(lambda m: m["role"] != "assistant", s.messages))
-        out.append(chat.encode(target, Prompt(text=records.prompt_text(s), messages=tuple(turns))))
-    return out
+    return [x if isinstance(x, list) else chat.encode(target, Prompt(text=records.prompt_text(x),
+                                                                      messages=tuple(records.prompt_turns(x))))
+            for _, x in records.read_prompt_rows(path, n)]
 
 
 @torch.no_grad()
