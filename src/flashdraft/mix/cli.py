@@ -76,6 +76,12 @@ def report(
                             cfg.workers)
         paths = write_report(comp, out, data.name, chart=chart)
     typer.echo(f"{comp.total:,} samples: {format_mix(comp.shares())}")
+    q = comp.to_json().get("classifier") or {}
+    if q.get("loro_accuracy") is not None:
+        lo, hi = (q.get("loro_interval") or {}).get("accuracy") or (float("nan"), float("nan"))
+        typer.echo(f"classifier {q['method']}: leave-one-family-out accuracy {q['lofo_accuracy']:.3f}, "
+                   f"leave-one-repository-out {q['loro_accuracy']:.3f} (95% {lo:.2f}-{hi:.2f}; "
+                   "the figure for sources the pool never saw)")
     for kind, p in paths.items():
         typer.echo(f"{kind}: {p}")
 

@@ -53,8 +53,8 @@ def corrected_shares(counts: Mapping[str, int], confusion: Mapping[str, Mapping[
 
 
 def quality_of(classifier) -> dict | None:
-    """What is known of ``classifier``'s accuracy: held-out accuracy, LOFO figures and the confusion used for
-    correction (from the shipped head's metadata; for the rules, their confusion on the same pool)."""
+    """What is known of ``classifier``'s accuracy: held-out accuracy, LOFO and LORO figures and the confusion used for
+    correction (LORO's where the head has it) (from the shipped head's metadata; for the rules, their confusion on the same pool)."""
     method = getattr(classifier, "method", "")
     meta = getattr(classifier, "meta", None)
     if meta is None and method == "rules":
@@ -68,9 +68,13 @@ def quality_of(classifier) -> dict | None:
                                       meta["rules"].get("heldout_eval_set_accuracy")}
     if not meta or "lofo" not in meta:
         return None
-    lofo = meta["lofo"]
+    lofo, loro = meta["lofo"], meta.get("loro")
+    # the correction uses the confusion measured on whole unseen repositories where it is known: a user's data
+    # comes from sources the pool never saw
     return {"method": method, "heldout_accuracy": meta.get("heldout_eval_set_accuracy"),
             "lofo_accuracy": lofo["accuracy"], "lofo_recall": lofo["recall"], "families": lofo.get("families"),
-            "rows": lofo.get("rows"), "confusion": lofo["confusion"],
+            "loro_accuracy": loro and loro["accuracy"], "loro_recall": loro and loro["recall"],
+            "loro_interval": loro and loro.get("interval"), "repositories": loro and loro.get("repositories"),
+            "rows": lofo.get("rows"), "confusion": (loro or lofo)["confusion"],
             "note": "rules are fixed code: their pool figure is plain accuracy" if method == "rules" else
             "each family scored by a head trained without it"}

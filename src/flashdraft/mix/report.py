@@ -211,16 +211,28 @@ def _quality_lines(j: dict) -> list[str]:
            f"Classifier `{q['method']}`: accuracy {held} on the held-out set (`mix/data/eval_set.jsonl`); "
            f"**leave-one-family-out accuracy {q['lofo_accuracy']:.3f}** on {q['rows']} labelled samples from "
            f"{q['families']} families ({q['note']}); recall per domain: "
-           + ", ".join(f"{d} {r:.2f}" for d, r in q["lofo_recall"].items()) + ".", "",
+           + ", ".join(f"{d} {r:.2f}" for d, r in q["lofo_recall"].items()) + ".", *_loro_lines(q), "",
            "A share counted from labels with known confusion is not exact. The corrected share solves "
            "label shares = confusion^T x true shares (non-negative least squares, confusion measured "
-           "leave-one-family-out); the 95% interval resamples the confusion counts and the label counts "
+           f"{'leave-one-repository-out' if q.get('loro_accuracy') is not None else 'leave-one-family-out'}); the 95% interval resamples the confusion counts and the label counts "
            "(bootstrap, 400 draws). Domains outside the labelled pool (e.g. `other`) are treated as noise.", "",
            "| domain | labelled share | corrected share | 95% interval |", "|---|---:|---:|---|"]
     for d, v in cor.items():
         out.append(f"| {d} | {v['raw'] * 100:.1f}% | {v['corrected'] * 100:.1f}% | "
                    f"{v['low'] * 100:.1f}% - {v['high'] * 100:.1f}% |")
     return out
+
+
+def _loro_lines(q: dict) -> list[str]:
+    """The leave-one-repository-out figure (a source never seen) with its 95% intervals, where the head has it."""
+    if q.get("loro_accuracy") is None:
+        return []
+    ci = q.get("loro_interval") or {}
+    span = lambda v: f" ({v[0]:.2f}-{v[1]:.2f})" if v and None not in v else ""
+    return ["", f"**Leave-one-repository-out accuracy {q['loro_accuracy']:.3f}**{span(ci.get('accuracy'))} (every row "
+            f"of a repository held out at once, {q.get('repositories')} repositories; 95% intervals resample whole "
+            "repositories): the figure for data from a source the pool never saw. Recall per domain: "
+            + ", ".join(f"{d} {r:.2f}{span((ci.get('recall') or {}).get(d))}" for d, r in q["loro_recall"].items()) + "."]
 
 
 def write_report(comp: Composition, out_dir: Path, data_name: str, chart: bool = True) -> dict[str, Path]:
