@@ -106,3 +106,60 @@ def test_corrected_shares_undo_a_known_confusion():
     assert out["coding"]["corrected"] == pytest.approx(0.5, abs=0.01)
     assert out["coding"]["low"] < 0.5 < out["coding"]["high"]
     assert sum(v["corrected"] for v in out.values()) == pytest.approx(1.0)
+
+
+def test_notation_answers_are_code():
+    """A regular expression or a spreadsheet formula asked for in English is coding, though the ask is prose."""
+    from flashdraft.mix.classify import RuleClassifier
+
+    rules = RuleClassifier()
+    regex = rules.classify("lines that contain a word ending in 'er' followed by a number", r"\b\w+er\b.*[0-9].*")
+    formula = rules.classify("Highlight the rows where sales are above the average of the column",
+                             "=AND($C2>AVERAGE($C$2:$C$50),$C2<>\"\")")
+    prose = rules.classify("What should I name my cat?", "Whiskers is a classic name (short and easy to call).")
+    assert (regex.domain, regex.rule) == ("coding", "notation_answer")
+    assert (formula.domain, formula.rule) == ("coding", "notation_answer")
+    assert prose.domain == "general"
+
+
+DOC_EN = ("## Install\n\nYou can install the package with pip, and then you run the server with the command below "
+          "and open the browser at the address it prints.\n\n```bash\npip install fastapi\nfastapi dev main.py\n```\n")
+DOC_ES = ("## Instalar\n\nPuedes instalar el paquete con pip, y luego ejecutas el servidor con el comando de abajo y "
+          "abres el navegador en la dirección que imprime.\n\n```bash\npip install fastapi\nfastapi dev main.py\n```\n")
+
+
+def test_translated_documentation_with_code_may_be_translation():
+    """Code blocks on both sides used to close the translation gate; the prose around them decides now."""
+    from flashdraft.mix.features import format_signals
+
+    switched = format_signals(DOC_EN, DOC_ES)
+    same = format_signals(DOC_EN, DOC_EN.replace("Install", "Setup"))
+    assert switched["prose_script_switch"] == 1 and same["prose_script_switch"] == 0
+    gates = lambda f: evidence_gates({"code_fences": 2, "prompt_script": "latin", "response_script": "latin", **f})
+    assert gates(switched)["translation"] and not gates(same)["translation"]
+    zh = format_signals(DOC_EN, "## 安装\n\n你可以用 pip 安装这个包，然后用下面的命令运行服务器，并在浏览器中打开它打印的地址。\n\n"
+                                "```bash\npip install fastapi\n```\n")
+    assert zh["prose_script_switch"] == 1
+
+
+def test_report_gives_the_repository_figure_and_corrects_with_its_confusion():
+    """mix report prints leave-one-repository-out next to the family figure, and corrects shares with the
+    confusion measured on unseen repositories."""
+    from flashdraft.mix.correct import quality_of
+    from flashdraft.mix.report import _quality_lines
+
+    fig = lambda acc, conf: {"accuracy": acc, "recall": {"coding": acc, "general": acc}, "families": 3, "rows": 10,
+                             "repositories": 4, "confusion": conf,
+                             "interval": {"accuracy": [acc - 0.1, acc + 0.05], "recall": {"coding": [0.5, 1.0]}}}
+    lofo_conf = {"coding": {"coding": 5}, "general": {"general": 5}}
+    loro_conf = {"coding": {"coding": 4, "general": 1}, "general": {"general": 5}}
+    clf = type("Head", (), {"method": "learned", "meta": {"lofo": fig(0.9, lofo_conf), "loro": fig(0.8, loro_conf)}})()
+    q = quality_of(clf)
+    assert q["confusion"] == loro_conf and q["loro_accuracy"] == 0.8
+    text = "\n".join(_quality_lines({"classifier": q, "corrected_shares": {}, "method": "learned"}))
+    assert "leave-one-family-out accuracy 0.900" in text
+    assert "Leave-one-repository-out accuracy 0.800** (0.70-0.85)" in text and "coding 0.80 (0.50-1.00)" in text
+    old = type("Head", (), {"method": "learned", "meta": {"lofo": fig(0.9, lofo_conf)}})()
+    q_old = quality_of(old)
+    assert q_old["confusion"] == lofo_conf
+    assert "repository" not in "\n".join(_quality_lines({"classifier": q_old, "corrected_shares": {}}))

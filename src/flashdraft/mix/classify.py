@@ -140,6 +140,10 @@ class RuleClassifier:
             "response_lang": r_lang or "",
             "bilingual_response": int(len(resp_scripts) >= 4 and 0.15 < non_latin_share < 0.85),
             "words": letters,
+            # a short answer written in a notation (a regular expression, a spreadsheet formula) is code
+            "notation_answer": int(0 < len(response.strip()) <= 300 and response.count("\n") <= 2 and (
+                len(S.REGEX_TOKEN.findall(response)) >= 2 and not S.LATEX_COMMON.search(response)
+                or len(S.FORMULA.findall(response)) >= 1)),
         }
 
     @staticmethod
@@ -175,6 +179,8 @@ class RuleClassifier:
         elif not codeish and s["latex_cmds"] < 2 and s["arith_exprs"] < 2 and (
                 s["language_labels"] >= 2 or two_scripts or s["bilingual_response"] or two_langs):
             out.append(("translation", "two_scripts" if two_scripts else "two_languages"))
+        if s["notation_answer"]:
+            out.append(("coding", "notation_answer"))
         # coding vs math
         code = 3 * min(s["code_fences"], 3) + 6 * s["code_line_ratio"] + min(s["code_lines"], 10) / 5
         math = (0.75 * min(s["latex_cmds"], 20) + 0.75 * min(s["arith_exprs"], 10) + min(s["math_words"], 8) / 2

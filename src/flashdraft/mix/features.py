@@ -20,6 +20,7 @@ from flashdraft.mix import signals as S
 TOKEN = re.compile(r"[a-zà-ÿ]+|\d|[^\w\s]{1,2}")
 ASK_CHARS, RESPONSE_CHARS = 1200, 1200
 MAX_TURN_CHARS = 20000  # turn evidence reads the last 20,000 characters of a conversation
+ANSWER_NUMBER = re.compile(r"\s*[-+]?\$?\d[\d,]*(?:\.\d+)?\s*%?\s*$")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")
 TURN = re.compile(r"^<\|(\w+)\|>\n", re.M)
 OBS_USER = re.compile(r"^\s*(?:Observation|OBSERVATION|Obs\b|The output of|Tool (?:result|output)|Execution|"
@@ -87,8 +88,39 @@ def format_signals(prompt: str, response: str) -> dict[str, int]:
         "accent_switch": int(_accents(prompt[-ASK_CHARS:]) != _accents(response[:RESPONSE_CHARS])),
         "ask_numbers": len(NUMBER.findall(prompt[-ASK_CHARS:] if prompt.strip() else response[:RESPONSE_CHARS])),
         "response_chars": len(response),
+        "response_symbol_ratio": _symbol_ratio(response[:400]),
+        "response_number_only": int(bool(ANSWER_NUMBER.match(response[:60]))),
+        "response_regex": len(S.REGEX_TOKEN.findall(response[:400])),
+        "response_formula": len(S.FORMULA.findall(response[:400])),
+        "prose_script_switch": _prose_switch(prompt[-ASK_CHARS:], response[:RESPONSE_CHARS]),
         "response_lines": response.count("\n") + (1 if response else 0),
     }
+
+
+def _symbol_ratio(text: str) -> float:
+    """Share of the non-space characters that are neither letters nor digits (a regex or a formula is dense)."""
+    chars = [c for c in text if not c.isspace()]
+    return round(sum(not c.isalnum() for c in chars) / len(chars), 3) if chars else 0.0
+
+
+def _prose(text: str) -> str:
+    """``text`` without fenced code blocks, indented code and inline code spans."""
+    return S.CODE_SPAN.sub(" ", text)
+
+
+def _prose_switch(ask: str, response: str) -> int:
+    """1 when the prose of the ask and of the response (code left out) is in two scripts, or in English on one
+    side and clearly another Latin-script language on the other: documentation with code blocks translated."""
+    a, b = _prose(ask), _prose(response)
+    (sa, fa), (sb, fb) = S.dominant_script(a), S.dominant_script(b)
+    if sa and sb and sa != sb and fa >= 0.5 and fb >= 0.5 and len(S.NON_LATIN.findall(a + b)) >= 8:
+        return 1
+    if sa == sb == "latin":
+        la, ea, oa, na = S.latin_language(S.WORD.findall(a.lower())[:200])
+        lb, eb, ob, nb = S.latin_language(S.WORD.findall(b.lower())[:200])
+        if na >= 8 and nb >= 8 and la and lb and la != lb and (la == "en" or lb == "en"):
+            return 1
+    return 0
 
 
 def _accents(text: str) -> bool:

@@ -220,3 +220,8 @@ CODE_TOKENS = re.compile(r"[{};][ \t]*$|=>|->|::|\b(?:fn|func|def|class|return|i
 # A shell command with flags or a pipe, the way one-liners are written ("find . -name x | xargs rm").
 SHELL_LINE = re.compile(r"^[ \t]*[a-z][\w.-]*(?: [^ \n|;]+)*? --?[a-zA-Z]|\| ?[a-z][\w-]* ", re.M)
 ACCENTED = re.compile(r"[À-ɏ]")
+# What a one-line answer in a notation (not prose) looks like: regular-expression tokens and spreadsheet formulas.
+REGEX_TOKEN = re.compile(r"\\[bdwsDWS](?![a-z])|\.\*|\.\+|\[(?:\^?[A-Za-z0-9]-[A-Za-z0-9]|\^)|\(\?[:=!<]|[)\]][*+?]|(?:(?<=[\])])|(?<=\\[dwsDWS]))\{\d+(?:,\d*)?\}")
+FORMULA = re.compile(r"\b[A-Z][A-Za-z0-9.]{1,20}\([^()\n]{0,60}?(?:\$?[A-Z]{1,3}\$?\d+\b|c\[\d+\])|^\s*=\s*[A-Z]+\(", re.M)
+LATEX_COMMON = re.compile(r"\\(?:frac|dfrac|sqrt|begin|end|left|right|cdot|times|leq?|geq?|pi|sum|int|boxed|text)\b")
+CODE_SPAN = re.compile(r"^[ \t]*```.*?(?:^[ \t]*```|\Z)|`[^`\n]+`|^(?: {4}|\t).+$", re.S | re.M)
