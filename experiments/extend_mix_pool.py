@@ -14,7 +14,9 @@ Families (domain: family <- repository, licence; the miss pattern each one cover
                for in English; one-line Python asked for in English);
                exercism-python, exercism-js <- exercism/{python,javascript} (MIT; a coding request in prose);
                codealpaca <- sahil280114/codealpaca (Apache-2.0 data; requests whose answer is often prose);
-               odex <- zorazrw/odex (CC-BY-SA-4.0; Python requests in Spanish, Japanese, Russian and English)
+               odex <- zorazrw/odex (CC-BY-SA-4.0; Python requests in Spanish, Japanese, Russian and English);
+               js-interview, react-interview <- sudheerj/{javascript,reactjs}-interview-questions (no licence file /
+               MIT; questions about a language answered mostly in prose, two thirds of them with no code block)
   math:        multiarith, singleeq, addsub <- kojima-takeshi188/zero_shot_cot (MIT; short word problems);
                math-tora, gsm-hard <- microsoft/ToRA (MIT; MATH problems phrased as lookups, "how many ...");
                tabmwp <- lupantech/PromptPG (CC-BY-NC-SA-4.0; a question over a table)
@@ -37,6 +39,7 @@ import json
 import random
 import re
 import subprocess
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -104,6 +107,20 @@ def coding(m: Path, rng: random.Random, k: int) -> list[dict]:
         x = data[i]
         out.append(row("coding", "codealpaca", r.origin("data/code_alpaca_2k.json", str(i)),
                        x["instruction"] + (f"\n{x['input']}" if x.get("input") else ""), x["output"]))
+    for name, fam in (("sudheerj/javascript-interview-questions", "js-interview"),
+                      ("sudheerj/reactjs-interview-questions", "react-interview")):
+        r = Mirror(m, name)
+        qa = []
+        for q, a in re.findall(r"^\s*\d+\.\s+### (.+?)\n(.*?)(?=\*\*\[⬆ Back to Top\]|^\s*\d+\.\s+### )", r.show("README.md"),
+                               re.S | re.M):
+            a = textwrap.dedent(a).strip()
+            if len(a) >= 80:
+                qa.append((q.strip(), a))
+        prose = [x for x in qa if "```" not in x[1]]  # answered in prose first, as the misses were
+        chosen = pick(prose, k * 2 // 3, rng)
+        chosen += pick([x for x in qa if x not in chosen], k - len(chosen), rng)
+        for q, a in chosen:
+            out.append(row("coding", fam, r.origin("README.md", q[:60]), q if q.endswith("?") else q + "?", a))
     r = Mirror(m, "zorazrw/odex")
     for lang in ("es", "ja", "ru", "en"):
         path = f"data/{lang}_test.jsonl"

@@ -77,14 +77,14 @@ def predict(clf: LearnedClassifier, rows: list[dict], structural: bool = True) -
     return [lab.domain for lab in clf.classify_batch([to_sample(r, "x", i) for i, r in enumerate(rows)])]
 
 
-def held_out(items, gold, rows, groups, fams, structural: bool) -> list[str]:
+def held_out(items, gold, rows, groups, fams, structural: bool, l2: float = 3e-3) -> list[str]:
     """Each group's rows labelled by a head trained on every other group's rows (vocabulary and scale too)."""
     pred = [""] * len(rows)
     for g in sorted(set(groups)):
         tr = [i for i, x in enumerate(groups) if x != g]
         te = [i for i, x in enumerate(groups) if x == g]
         clf = LearnedClassifier.fit([items[i] for i in tr], [gold[i] for i in tr],
-                                    weights_for([fams[i] for i in tr], [gold[i] for i in tr]))
+                                    weights_for([fams[i] for i in tr], [gold[i] for i in tr]), l2=l2)
         for i, p in zip(te, predict(clf, [rows[i] for i in te], structural)):
             pred[i] = p
     return pred
@@ -123,6 +123,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--save", type=Path, default=None, help="train on every family and write the head here")
     ap.add_argument("--no-structural", action="store_true", help="measure without the per-turn precedence rule")
+    ap.add_argument("--l2", type=float, default=3e-3, help="the head's L2 penalty")
     ap.add_argument("--json", type=Path, default=None, help="write the per-family figures as JSON")
     a = ap.parse_args()
     rows = load(DATA / "pool.jsonl") + load(DATA / "dev_set.jsonl")
@@ -136,10 +137,10 @@ def main() -> None:
     items = [(F.numeric_features(sig), toks) for _, sig, toks in analysed]
     repos = [repository_of(r) for r in rows]
     t0 = time.perf_counter()
-    pred = held_out(items, gold, rows, fams, fams, not a.no_structural)
+    pred = held_out(items, gold, rows, fams, fams, not a.no_structural, a.l2)
     print(f"LOFO: {len(set(fams))} folds in {time.perf_counter() - t0:.0f} s")
     t0 = time.perf_counter()
-    pred_repo = held_out(items, gold, rows, repos, fams, not a.no_structural)
+    pred_repo = held_out(items, gold, rows, repos, fams, not a.no_structural, a.l2)
     print(f"LORO: {len(set(repos))} folds in {time.perf_counter() - t0:.0f} s")
     rules = [lab.domain for lab, _, _ in analysed]
     runs = (("learned head (LOFO)", pred, fams), ("learned head (LORO)", pred_repo, repos), ("rules (fixed)", rules, repos))
@@ -175,7 +176,7 @@ def main() -> None:
             print(f"| {f} | {d} | {n} | {c / n:.2f} | {top} |")
     if a.json:
         a.json.write_text(json.dumps({"lofo": lofo, "loro": loro}, indent=1))
-    clf = LearnedClassifier.fit(items, gold, weights_for(fams, gold))
+    clf = LearnedClassifier.fit(items, gold, weights_for(fams, gold), l2=a.l2)
     ev = load(DATA / "eval_set.jsonl")
     ev_pred = predict(clf, ev, not a.no_structural)
     ev_acc = sum(r["label"] == p for r, p in zip(ev, ev_pred)) / len(ev)

@@ -140,6 +140,8 @@ class RuleClassifier:
             "response_lang": r_lang or "",
             "bilingual_response": int(len(resp_scripts) >= 4 and 0.15 < non_latin_share < 0.85),
             "words": letters,
+            # a question with two or more numbers answered by a bare number is arithmetic, in any language
+            "number_answer": int(bool(S.BARE_NUMBER.match(response[:60])) and len(S.NUMBER.findall(ask)) >= 2),
             # a short answer written in a notation (a regular expression, a spreadsheet formula) is code
             "notation_answer": int(0 < len(response.strip()) <= 300 and response.count("\n") <= 2 and (
                 len(S.REGEX_TOKEN.findall(response)) >= 2 and not S.LATEX_COMMON.search(response)
@@ -181,6 +183,8 @@ class RuleClassifier:
             out.append(("translation", "two_scripts" if two_scripts else "two_languages"))
         if s["notation_answer"]:
             out.append(("coding", "notation_answer"))
+        if s["number_answer"] and not codeish:
+            out.append(("math", "number_answer"))
         # coding vs math
         code = 3 * min(s["code_fences"], 3) + 6 * s["code_line_ratio"] + min(s["code_lines"], 10) / 5
         math = (0.75 * min(s["latex_cmds"], 20) + 0.75 * min(s["arith_exprs"], 10) + min(s["math_words"], 8) / 2

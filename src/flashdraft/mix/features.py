@@ -20,8 +20,7 @@ from flashdraft.mix import signals as S
 TOKEN = re.compile(r"[a-zà-ÿ]+|\d|[^\w\s]{1,2}")
 ASK_CHARS, RESPONSE_CHARS = 1200, 1200
 MAX_TURN_CHARS = 20000  # turn evidence reads the last 20,000 characters of a conversation
-ANSWER_NUMBER = re.compile(r"\s*[-+]?\$?\d[\d,]*(?:\.\d+)?\s*%?\s*$")
-NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")
+ANSWER_NUMBER, NUMBER = S.BARE_NUMBER, S.NUMBER
 TURN = re.compile(r"^<\|(\w+)\|>\n", re.M)
 OBS_USER = re.compile(r"^\s*(?:Observation|OBSERVATION|Obs\b|The output of|Tool (?:result|output)|Execution|"
                       r"Output:|Result:|\[?tool_result|You (?:are in|arrive|see|pick|open)|Nothing happens)")
@@ -151,11 +150,15 @@ def numeric_features(sig: dict) -> dict[str, float]:
             if v:
                 out[spec[0]] = log1p(v) if spec[1] and v > 0 else float(v)
     ps, rs = sig.get("prompt_script", "none"), sig.get("response_script", "none")
-    out[f"s:pair={ps}>{rs}"] = 1.0  # pairs, not sides: "cjk>cjk" is a Chinese chat, "latin>cjk" a translation
+    # pairs, not sides: "cjk>cjk" is a Chinese chat, "latin>cjk" a translation; a side with no letters (no
+    # response, or a bare number) names no pair: which sets leave the answer out says nothing of a domain
+    if "none" not in (ps, rs):
+        out[f"s:pair={ps}>{rs}"] = 1.0
     out["s:same_script"] = float(ps == rs)
     pl, rl = sig.get("prompt_lang") or "none", sig.get("response_lang") or "none"
     coarse = lambda x: "en" if x == "en" else "none" if x == "none" else "other"
-    out[f"l:pair={coarse(pl)}>{coarse(rl)}"] = 1.0
+    if "none" not in (pl, rl):
+        out[f"l:pair={coarse(pl)}>{coarse(rl)}"] = 1.0
     out["l:differ"] = float(pl != "none" and rl != "none" and pl != rl)
     out[f"rule={sig.get('rule_domain', 'other')}"] = 1.0
     return out

@@ -223,5 +223,7 @@ ACCENTED = re.compile(r"[À-ɏ]")
 # What a one-line answer in a notation (not prose) looks like: regular-expression tokens and spreadsheet formulas.
 REGEX_TOKEN = re.compile(r"\\[bdwsDWS](?![a-z])|\.\*|\.\+|\[(?:\^?[A-Za-z0-9]-[A-Za-z0-9]|\^)|\(\?[:=!<]|[)\]][*+?]|(?:(?<=[\])])|(?<=\\[dwsDWS]))\{\d+(?:,\d*)?\}")
 FORMULA = re.compile(r"\b[A-Z][A-Za-z0-9.]{1,20}\([^()\n]{0,60}?(?:\$?[A-Z]{1,3}\$?\d+\b|c\[\d+\])|^\s*=\s*[A-Z]+\(", re.M)
+BARE_NUMBER = re.compile(r"\s*[-+]?\$?\d[\d,]*(?:\.\d+)?\s*%?\s*$")
+NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")
 LATEX_COMMON = re.compile(r"\\(?:frac|dfrac|sqrt|begin|end|left|right|cdot|times|leq?|geq?|pi|sum|int|boxed|text)\b")
 CODE_SPAN = re.compile(r"^[ \t]*```.*?(?:^[ \t]*```|\Z)|`[^`\n]+`|^(?: {4}|\t).+$", re.S | re.M)
