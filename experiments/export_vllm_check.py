@@ -11,6 +11,12 @@ vLLM's kernels and HF's out of the comparison). flashdraft's chain runs on the s
 
     python experiments/export_vllm_check.py assets/gemma-3-270m-eagle3 --limit 8 --max-tokens 48
     python experiments/export_vllm_check.py assets/gemma-3-270m-dflash --prompts math-test --limit 16 --max-tokens 128
+    python experiments/export_vllm_check.py DRAFTER --target smollm2-135m-instruct --prompts chat-test \
+        --model-impl vllm --dtype float32     # a chat target: prompts rendered with its template, vLLM's own Llama
+
+``--target`` names the embedded target the drafter was trained on (or an HF folder); prompts are rendered the way
+``bench decode`` renders them (``--chat-template auto``: the target's template when it has one). ``--model-impl
+vllm`` runs vLLM's native model class instead of the Transformers backend.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ from pathlib import Path
 
 import torch
 
-from flashdraft.bench.decode_bench import decode_methods, load_prompt_set
+from flashdraft.bench.decode_bench import decode_methods, load_prompts
 from flashdraft.decode import DECODERS, build_decoder
 from flashdraft.export.formats import MANIFEST, export_drafter
 from flashdraft.models.drafter import load_drafter
-from flashdraft.models.target import embedded_target_dir, load_target
+from flashdraft.models.chat import ChatSettings
+from flashdraft.models.target import EMBEDDED_TARGETS, embedded_target_dir, load_target
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.export
 from tests.export.vllm_driver import launch  # noqa: E402
@@ -48,18 +55,26 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="the target's dtype in both engines")
+    ap.add_argument("--target", default="gemma-3-270m", help="the drafter's target: an embedded name or an HF folder")
+    ap.add_argument("--chat-template", choices=("auto", "never"), default="auto",
+                    help="auto: prompts rendered with the target's chat template when it has one")
+    ap.add_argument("--model-impl", choices=("transformers", "vllm", "auto"), default="transformers",
+                    help="vLLM's model implementation for the target (vllm: its native class)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    target = load_target("gemma-3-270m", dtype=a.dtype)
-    prompts = [target.encode(p) for p in load_prompt_set(a.prompts, a.limit)[1]]
+    target = load_target(a.target, dtype=a.dtype)
+    chat = ChatSettings(mode=a.chat_template)
+    prompts = [chat.encode(target, p) for p in load_prompts(a.prompts, a.limit)[1]]
+    target_dir = embedded_target_dir(a.target) if a.target in EMBEDDED_TARGETS else Path(a.target)
+    print(f"prompts: {chat.describe(target.tokenizer)}")
     with tempfile.TemporaryDirectory() as tmp:
-        out = export_drafter(a.drafter, "vllm", Path(tmp) / "drafter", target, str(embedded_target_dir()),
+        out = export_drafter(a.drafter, "vllm", Path(tmp) / "drafter", target, str(target_dir),
                              serve_dtype=a.dtype).out
         spec = json.loads((out / MANIFEST).read_text())["speculative_config"]
         k = spec["num_speculative_tokens"]
         try:
-            res = launch(out, prompts, a.max_tokens, tmp, "transformers", spec["method"], k, a.dtype,
-                         threads=a.threads, timeout=None)
+            res = launch(out, prompts, a.max_tokens, tmp, a.model_impl, spec["method"], k, a.dtype,
+                         threads=a.threads, timeout=None, target_dir=target_dir)
         except RuntimeError as e:
             sys.exit(str(e))
 
@@ -77,7 +92,8 @@ def main() -> None:
     theirs_rate = m["num_accepted_tokens"] / m["num_draft_tokens"]
     ours_rate = accepted / (rounds * k)
     print(f"{a.drafter}: vLLM method {spec['method']!r}, num_speculative_tokens {k}, {len(prompts)} {a.prompts} "
-          f"prompts x {a.max_tokens} tokens, {a.dtype} target; flashdraft's chain {chain} {hints or ''}")
+          f"prompts x {a.max_tokens} tokens, {a.dtype} target, vLLM model_impl {a.model_impl}; flashdraft's chain "
+          f"{chain} {hints or ''}")
     print("| engine | acceptance rate (accepted / drafted) | tau (1 + accepted per round) | rounds | output == vLLM plain |")
     print("|---|---|---|---|---|")
     print(f"| vLLM | {theirs_rate:.3f} | {1 + m['num_accepted_tokens'] / m['num_drafts']:.2f} | {m['num_drafts']} | "

@@ -127,16 +127,17 @@ def main() -> None:
 
 
 def launch(drafter: str, prompts: list[list[int]], max_tokens: int, workdir, *args: str, threads: int = 1,
-           timeout: float | None = 900) -> dict:
-    """Run this driver in a subprocess on the embedded target (what the tests and the export check do):
-    ``args`` are the optional MODEL_IMPL, METHOD, K, DTYPE. Returns the result JSON; the recorded tensors
-    lie next to ``workdir/result.json``. A failed run raises RuntimeError with the driver's output tail."""
+           timeout: float | None = 900, target_dir: str | Path | None = None) -> dict:
+    """Run this driver in a subprocess on ``target_dir`` (default: the embedded target; what the tests and the
+    export check do): ``args`` are the optional MODEL_IMPL, METHOD, K, DTYPE. Returns the result JSON; the
+    recorded tensors lie next to ``workdir/result.json``. A failed run raises RuntimeError with the driver's
+    output tail."""
     from flashdraft.models.target import embedded_target_dir
 
     work = Path(workdir)
     (work / "prompts.json").write_text(json.dumps(prompts))
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
-    cmd = [sys.executable, __file__, str(embedded_target_dir()), str(drafter), str(work / "prompts.json"),
+    cmd = [sys.executable, __file__, str(target_dir or embedded_target_dir()), str(drafter), str(work / "prompts.json"),
            str(max_tokens), str(work / "result.json"), *map(str, args)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
