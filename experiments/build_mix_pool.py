@@ -144,6 +144,20 @@ def math_families(m: Path, rng: random.Random, k: int) -> list[dict]:
 
 
 # ---- coding --------------------------------------------------------------------------------------
+def exercism_rows(r: Repo, solution: str, family: str, k: int, rng: random.Random) -> list[dict]:
+    """Up to k practice exercises of an exercism track: the instructions (prose) and the example solution."""
+    out = []
+    names = sorted({p.split("/")[2] for p in r.ls(rf"^exercises/practice/[^/]+/{re.escape(solution)}$")})
+    for name in pick(names, k, rng):
+        base = f"exercises/practice/{name}"
+        try:
+            instr = r.show(f"{base}/.docs/instructions.md")
+        except subprocess.CalledProcessError:
+            continue
+        out.append(row("coding", family, r.origin(f"{base}/{solution}"), instr, r.show(f"{base}/{solution}")))
+    return out
+
+
 def coding_families(m: Path, rng: random.Random, k: int) -> list[dict]:
     out = []
     r = Repo(m, "TellinaTool/nl2bash")
@@ -151,16 +165,7 @@ def coding_families(m: Path, rng: random.Random, k: int) -> list[dict]:
     for i in pick(range(min(len(nl), len(cm))), k, rng):
         out.append(row("coding", "nl2bash", r.origin("data/bash/all.nl", str(i)), nl[i], cm[i]))
     for lang, ext in (("rust", "rs"), ("go", "go")):
-        r = Repo(m, f"exercism/{lang}")
-        names = sorted({p.split("/")[2] for p in r.ls(rf"exercises/practice/[^/]+/\.meta/example\.{ext}$")})
-        for name in pick(names, k, rng):
-            base = f"exercises/practice/{name}"
-            try:
-                instr = r.show(f"{base}/.docs/instructions.md")
-            except subprocess.CalledProcessError:
-                continue
-            out.append(row("coding", f"exercism-{lang}", r.origin(f"{base}/.meta/example.{ext}"), instr,
-                           r.show(f"{base}/.meta/example.{ext}")))
+        out += exercism_rows(Repo(m, f"exercism/{lang}"), f".meta/example.{ext}", f"exercism-{lang}", k, rng)
     r = Repo(m, "doocs/leetcode")
     readmes = r.ls(r"^solution/0\d00-0\d99/[^/]+/README(_EN)?\.md$")
     for path in pick(readmes, k, rng):

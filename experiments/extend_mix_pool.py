@@ -45,7 +45,7 @@ from pathlib import Path
 
 import yaml
 
-from build_mix_pool import OUT, RESPONSE_MAX, Repo, pair_row, pick, read_po, row
+from build_mix_pool import OUT, RESPONSE_MAX, Repo, exercism_rows, pair_row, pick, read_po, row
 
 
 class Mirror(Repo):
@@ -90,17 +90,9 @@ def coding(m: Path, rng: random.Random, k: int) -> list[dict]:
         out.append(row("coding", "codefusion-python", r.origin("CodeFusion/Benchmarks/PythonBenchmarks.json",
                                                                str(items[i]["ID"])),
                        items[i]["NL Utterance"], items[i]["Code"]))
-    for lang, solution in (("python", ".meta/example.py"), ("javascript", ".meta/proof.ci.js")):
-        r = Mirror(m, f"exercism/{lang}")
-        names = sorted({p.split("/")[2] for p in r.ls(rf"^exercises/practice/[^/]+/{re.escape(solution)}$")})
-        for name in pick(names, k, rng):
-            base = f"exercises/practice/{name}"
-            try:
-                instr = r.show(f"{base}/.docs/instructions.md")
-            except subprocess.CalledProcessError:
-                continue
-            fam = "exercism-js" if lang == "javascript" else "exercism-python"
-            out.append(row("coding", fam, r.origin(f"{base}/{solution}"), instr, r.show(f"{base}/{solution}")))
+    for lang, solution, fam in (("python", ".meta/example.py", "exercism-python"),
+                                ("javascript", ".meta/proof.ci.js", "exercism-js")):
+        out += exercism_rows(Mirror(m, f"exercism/{lang}"), solution, fam, k, rng)
     r = Mirror(m, "sahil280114/codealpaca")
     data = json.loads(r.show("data/code_alpaca_2k.json"))
     for i in pick(range(len(data)), k, rng):
