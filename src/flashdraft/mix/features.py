@@ -20,7 +20,7 @@ from flashdraft.mix import signals as S
 TOKEN = re.compile(r"[a-zà-ÿ]+|\d|[^\w\s]{1,2}")
 ASK_CHARS, RESPONSE_CHARS = 1200, 1200
 MAX_TURN_CHARS = 20000  # turn evidence reads the last 20,000 characters of a conversation
-ANSWER_NUMBER, NUMBER = S.BARE_NUMBER, S.NUMBER
+NUMBER = S.NUMBER
 TURN = re.compile(r"^<\|(\w+)\|>\n", re.M)
 OBS_USER = re.compile(r"^\s*(?:Observation|OBSERVATION|Obs\b|The output of|Tool (?:result|output)|Execution|"
                       r"Output:|Result:|\[?tool_result|You (?:are in|arrive|see|pick|open)|Nothing happens)")
@@ -88,7 +88,7 @@ def format_signals(prompt: str, response: str) -> dict[str, int]:
         "ask_numbers": len(NUMBER.findall(prompt[-ASK_CHARS:] if prompt.strip() else response[:RESPONSE_CHARS])),
         "response_chars": len(response),
         "response_symbol_ratio": _symbol_ratio(response[:400]),
-        "response_number_only": int(bool(ANSWER_NUMBER.match(response[:60]))),
+        "response_number_only": int(bool(S.BARE_NUMBER.match(response[:60]))),
         "response_regex": len(S.REGEX_TOKEN.findall(response[:400])),
         "response_formula": len(S.FORMULA.findall(response[:400])),
         "prose_script_switch": _prose_switch(prompt[-ASK_CHARS:], response[:RESPONSE_CHARS]),
@@ -115,8 +115,8 @@ def _prose_switch(ask: str, response: str) -> int:
     if sa and sb and sa != sb and fa >= 0.5 and fb >= 0.5 and len(S.NON_LATIN.findall(a + b)) >= 8:
         return 1
     if sa == sb == "latin":
-        la, ea, oa, na = S.latin_language(S.WORD.findall(a.lower())[:200])
-        lb, eb, ob, nb = S.latin_language(S.WORD.findall(b.lower())[:200])
+        la, _, _, na = S.latin_language(S.WORD.findall(a.lower())[:200])
+        lb, _, _, nb = S.latin_language(S.WORD.findall(b.lower())[:200])
         if na >= 8 and nb >= 8 and la and lb and la != lb and (la == "en" or lb == "en"):
             return 1
     return 0

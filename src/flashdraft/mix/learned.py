@@ -63,14 +63,16 @@ def structural_label(sig: Mapping) -> tuple[str, str] | None:
 
 def evidence_gates(sig: Mapping) -> dict[str, bool]:
     """Domains that need positive evidence before the head may choose them (coding and general need
-    none): translation needs a request or two languages/scripts (with code, in the prose around the code); math needs notation, arithmetic, math
-    words or at least two numbers in the question (a bare number answering a trivia question is not
-    math); agent needs an action or an observation; tool_calling needs a schema or a call in some syntax."""
+    none): translation needs a request or two languages/scripts (with code: in the prose around the code); math
+    needs notation, arithmetic, math words or at least two numbers in the question (a bare number answering a
+    trivia question is not math); agent needs an action or an observation; tool_calling needs a schema or a call
+    in some syntax."""
     g = sig.get
     codeish = g("code_fences", 0) > 0 or g("code_line_ratio", 0) >= 0.3 or g("latex_cmds", 0) >= 2 \
         or g("arith_exprs", 0) >= 2
     return {
-        "translation": bool(g("translate_request") or g("into_language") or g("prose_script_switch")) or not codeish and bool(
+        "translation": bool(g("translate_request") or g("into_language") or g("prose_script_switch"))
+                       or not codeish and bool(
                             g("language_switch") or g("two_scripts") or g("accent_switch")
                             or g("bilingual_response") or g("language_labels", 0) >= 2
                             or (g("prompt_lang") and g("response_lang") and g("prompt_lang") != g("response_lang"))
