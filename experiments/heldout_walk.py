@@ -29,8 +29,9 @@ from pathlib import Path
 
 import torch
 
-from flashdraft.bench.decode_bench import load_prompt_set
+from flashdraft.bench.decode_bench import load_prompts
 from flashdraft.io import atomic_write_text
+from flashdraft.models.chat import ChatSettings
 from flashdraft.models.forward import target_pass
 from flashdraft.train.config import TrainConfig
 from flashdraft.train.data import Example
@@ -39,15 +40,17 @@ from flashdraft.train.evaluate import evaluate_tau
 from flashdraft.train.loop import Trainer
 
 
-def humaneval_examples(target, n: int, new_tokens: int, spec: str = "humaneval", batch: int = 1) -> list[Example]:
-    """Prompt (BOS + the set's prompt, unsupervised) + the target's greedy continuation (supervised), ``batch``
-    prompts a generate call (left-padded; each answer cut after its first end-of-turn token)."""
-    texts = load_prompt_set(spec, n)[1]  # the first n, as `bench decode` reads them
+def humaneval_examples(target, n: int, new_tokens: int, spec: str = "humaneval", batch: int = 1,
+                       chat: ChatSettings = ChatSettings()) -> list[Example]:
+    """Prompt (the set's prompt as ``bench decode`` renders it: the target's chat template when it has one,
+    unsupervised) + the target's greedy continuation (supervised), ``batch`` prompts a generate call (left-padded;
+    each answer cut after its first end-of-turn token)."""
+    texts = load_prompts(spec, n)[1]  # the first n, as `bench decode` reads them
     out = []
     pad = target.tokenizer.pad_token_id or 0
     stops = set(target.eos_token_ids)
     for s in range(0, len(texts), batch):
-        ids = [target.encode(t) for t in texts[s : s + batch]]
+        ids = [chat.encode(target, t) for t in texts[s : s + batch]]
         width = max(map(len, ids))
         x = torch.tensor([[pad] * (width - len(i)) + i for i in ids])  # [b, width]
         mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
@@ -60,12 +63,13 @@ def humaneval_examples(target, n: int, new_tokens: int, spec: str = "humaneval",
     return out
 
 
-def cached_examples(target, spec: str, n: int, new_tokens: int, cache: Path | None) -> list[Example]:
+def cached_examples(target, spec: str, n: int, new_tokens: int, cache: Path | None,
+                    chat: ChatSettings = ChatSettings()) -> list[Example]:
     """:func:`humaneval_examples` of a named set, read from / added to the JSON file ``cache`` when given."""
-    key = f"{spec}:{n}:{new_tokens}"
+    key = f"{spec}:{n}:{new_tokens}" + (":chat" if chat.uses_template(target.tokenizer) else "")
     saved = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
     if key not in saved:
-        made = humaneval_examples(target, n, new_tokens, spec, batch=n)
+        made = humaneval_examples(target, n, new_tokens, spec, batch=n, chat=chat)
         saved[key] = [{"token_ids": e.token_ids, "loss_mask": e.loss_mask} for e in made]
         if cache is not None:
             atomic_write_text(cache, json.dumps(saved))
@@ -85,6 +89,8 @@ def main() -> None:
     ap.add_argument("--cache", default=None, help="JSON file keeping the target's continuations of the sets")
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--chat-template", choices=("auto", "never"), default="auto",
+                    help="auto: the prompt sets rendered with the target's chat template when it has one")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     target, rows = None, []
@@ -99,7 +105,7 @@ def main() -> None:
         target, v = trainer.target, trainer.variants[0]
         ids = v.drafter.target_layer_ids
         if a.humaneval:
-            ex = humaneval_examples(target, a.humaneval, a.new_tokens)
+            ex = humaneval_examples(target, a.humaneval, a.new_tokens, chat=ChatSettings(mode=a.chat_template))
             rep = heldout_report(v.objective, ex, lambda b, rows: target_pass(target, b, ids, v.objective.wants_final(cfg)),
                                  trainer.ngram, batch_size=4, walk=len(ex))
             print(f"target's greedy HumanEval continuations ({a.humaneval} prompts):")
@@ -109,7 +115,8 @@ def main() -> None:
             print(f"real greedy decoding ({v.objective.eval_method}, {a.new_tokens} tokens): tau {r['tau']:.3f} over "
                   f"{r['rounds']} rounds; walk tau {rep['drafter']['walk_tau']:.3f} over {rep['walk_rounds']} rounds")
         for spec in a.prompts:
-            ex = cached_examples(target, spec, a.limit, a.new_tokens, Path(a.cache) if a.cache else None)
+            ex = cached_examples(target, spec, a.limit, a.new_tokens, Path(a.cache) if a.cache else None,
+                                 ChatSettings(mode=a.chat_template))
             rep = heldout_report(v.objective, ex, lambda b, rows: target_pass(target, b, ids, v.objective.wants_final(cfg)),
                                  trainer.ngram, batch_size=4, walk=len(ex))
             row = {"drafter": drafter, "set": spec, "prompts": len(ex), "walk_rounds": rep["walk_rounds"],
