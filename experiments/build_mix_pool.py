@@ -46,6 +46,7 @@ import json
 import random
 import re
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 PROMPT_MAX, RESPONSE_MAX = 2000, 1500
@@ -484,6 +485,34 @@ def translation_families(m: Path, rng: random.Random, k: int) -> list[dict]:
     return _cap(out, k, rng)
 
 
+def run_builders(builders, mirrors: Path, rng: random.Random, k: int) -> list[dict]:
+    """The rows of every family builder, in order (one rng for all, so a seed gives the same pool)."""
+    rows = []
+    for build in builders:
+        got = build(mirrors, rng, k)
+        print(f"{build.__name__}: {len(got)} rows")
+        rows += got
+    return rows
+
+
+def unique(rows: list[dict], seen: set[str] | None = None) -> list[dict]:
+    """``rows`` less those whose content (all but origin, family and category) is already in ``seen`` or earlier
+    in ``rows``; ``seen`` is updated."""
+    seen = set() if seen is None else seen
+    out = []
+    for x in rows:
+        key = json.dumps({k: v for k, v in x.items() if k not in ("origin", "family", "category")}, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(x)
+    return out
+
+
+def print_counts(rows: list[dict]) -> None:
+    for (fam, lab), n in sorted(Counter((x["family"], x["label"]) for x in rows).items(), key=lambda t: t[0][1]):
+        print(f"  {lab:<13} {fam:<22} {n}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mirrors", type=Path, required=True)
@@ -492,23 +521,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    rows = []
-    for build in (math_families, coding_families, category_families, tool_families, agent_families,
-                  translation_families):
-        got = build(a.mirrors, rng, a.per_family)
-        print(f"{build.__name__}: {len(got)} rows")
-        rows += got
-    seen, uniq = set(), []
-    for x in rows:
-        key = json.dumps({k: v for k, v in x.items() if k not in ("origin", "family", "category")}, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            uniq.append(x)
+    rows = run_builders((math_families, coding_families, category_families, tool_families, agent_families,
+                         translation_families), a.mirrors, rng, a.per_family)
+    uniq = unique(rows)
     a.out.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in uniq))
-    from collections import Counter
-
-    for (fam, lab), n in sorted(Counter((x["family"], x["label"]) for x in uniq).items(), key=lambda t: t[0][1]):
-        print(f"  {lab:<13} {fam:<22} {n}")
+    print_counts(uniq)
     print(f"wrote {len(uniq)} rows to {a.out}")
 
 

@@ -40,12 +40,12 @@ import random
 import re
 import subprocess
 import textwrap
-from collections import Counter
 from pathlib import Path
 
 import yaml
 
-from build_mix_pool import OUT, RESPONSE_MAX, Repo, exercism_rows, pair_row, pick, read_po, row
+from build_mix_pool import (OUT, RESPONSE_MAX, Repo, exercism_rows, pair_row, pick, print_counts, read_po, row,
+                            run_builders, unique)
 
 
 class Mirror(Repo):
@@ -226,11 +226,13 @@ def _taskweaver_rows(r: Mirror, path: str) -> list[dict]:
                 if att.get("type") in ("thought", "reply_content", "execution_result") and att.get("content"):
                     text += "\n" + str(att["content"])
             msgs.append({"role": "assistant" if post.get("send_from") == agent else "user", "content": text.strip()})
-    rows = []
-    for i, msg in enumerate(msgs):
-        if msg["role"] == "assistant" and sum(x["role"] == "assistant" for x in msgs[:i]) >= 1:
-            rows.append(row("agent", "taskweaver", r.origin(path, str(i)), messages=msgs[:i + 1]))
-    return rows
+    return loop_cuts(msgs, "taskweaver", r, path)
+
+
+def loop_cuts(msgs: list[dict], family: str, r: Mirror, path: str) -> list[dict]:
+    """One agent row per assistant turn that follows an earlier one (the conversation up to it): a loop's steps."""
+    starts = [i for i, x in enumerate(msgs) if x["role"] == "assistant"]
+    return [row("agent", family, r.origin(path, str(i)), messages=msgs[:i + 1]) for i in starts[1:]]
 
 
 def agent(m: Path, rng: random.Random, k: int) -> list[dict]:
@@ -244,9 +246,7 @@ def agent(m: Path, rng: random.Random, k: int) -> list[dict]:
         d = json.loads(r.show(path))
         msgs = [{"role": x["role"], "content": x["content"] if isinstance(x["content"], str) else json.dumps(x["content"])}
                 for x in (d["messages"] if isinstance(d, dict) else d) if x.get("role") != "system"]
-        for i, msg in enumerate(msgs):
-            if msg["role"] == "assistant" and i >= 2:
-                out.append(row("agent", "mini-swe-agent", r.origin(path, str(i)), messages=msgs[:i + 1]))
+        out += loop_cuts(msgs, "mini-swe-agent", r, path)
     return out
 
 
@@ -273,24 +273,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    new = []
-    for build in FAMILIES:
-        got = build(a.mirrors, rng, a.per_family)
-        print(f"{build.__name__}: {len(got)} rows")
-        new += got
+    new = run_builders(FAMILIES, a.mirrors, rng, a.per_family)
     fams = {x["family"] for x in new}
     kept = [json.loads(l) for l in a.pool.read_text().split("\n") if l.strip()]
-    kept = [x for x in kept if x.get("family") not in fams]
-    seen = {json.dumps({k: v for k, v in x.items() if k not in ("origin", "family")}, sort_keys=True) for x in kept}
-    added = []
-    for x in new:
-        key = json.dumps({k: v for k, v in x.items() if k not in ("origin", "family")}, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            added.append(x)
+    seen: set[str] = set()
+    kept = unique([x for x in kept if x.get("family") not in fams], seen)
+    added = unique(new, seen)
     a.pool.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in kept + added))
-    for (fam, lab), n in sorted(Counter((x["family"], x["label"]) for x in added).items(), key=lambda t: t[0][1]):
-        print(f"  {lab:<13} {fam:<22} {n}")
+    print_counts(added)
     print(f"kept {len(kept)} rows, added {len(added)} from {len({x['origin'].split('@')[0] for x in added})} "
           f"repositories -> {a.pool}")
 
