@@ -76,7 +76,7 @@ def report(
                             cfg.workers)
         paths = write_report(comp, out, data.name, chart=chart)
     typer.echo(f"{comp.total:,} samples: {format_mix(comp.shares())}")
-    q = comp.to_json().get("classifier") or {}
+    q = comp.quality or {}  # (to_json would redo the bootstrap of the corrected shares)
     if q.get("loro_accuracy") is not None:
         lo, hi = (q.get("loro_interval") or {}).get("accuracy") or (float("nan"), float("nan"))
         typer.echo(f"classifier {q['method']}: leave-one-family-out accuracy {q['lofo_accuracy']:.3f}, "

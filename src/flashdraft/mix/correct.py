@@ -53,8 +53,9 @@ def corrected_shares(counts: Mapping[str, int], confusion: Mapping[str, Mapping[
 
 
 def quality_of(classifier) -> dict | None:
-    """What is known of ``classifier``'s accuracy: held-out accuracy, LOFO and LORO figures and the confusion used for
-    correction (LORO's where the head has it) (from the shipped head's metadata; for the rules, their confusion on the same pool)."""
+    """What is known of ``classifier``'s accuracy, from the shipped head's metadata (for the rules, their figures on
+    the same pool): held-out accuracy, LOFO and LORO figures, and the confusion used for correction (LORO's where
+    the head has it, else LOFO's)."""
     method = getattr(classifier, "method", "")
     meta = getattr(classifier, "meta", None)
     if meta is None and method == "rules":

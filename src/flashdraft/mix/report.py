@@ -214,7 +214,8 @@ def _quality_lines(j: dict) -> list[str]:
            + ", ".join(f"{d} {r:.2f}" for d, r in q["lofo_recall"].items()) + ".", *_loro_lines(q), "",
            "A share counted from labels with known confusion is not exact. The corrected share solves "
            "label shares = confusion^T x true shares (non-negative least squares, confusion measured "
-           f"{'leave-one-repository-out' if q.get('loro_accuracy') is not None else 'leave-one-family-out'}); the 95% interval resamples the confusion counts and the label counts "
+           f"{'leave-one-repository-out' if q.get('loro_accuracy') is not None else 'leave-one-family-out'}); "
+           "the 95% interval resamples the confusion counts and the label counts "
            "(bootstrap, 400 draws). Domains outside the labelled pool (e.g. `other`) are treated as noise.", "",
            "| domain | labelled share | corrected share | 95% interval |", "|---|---:|---:|---|"]
     for d, v in cor.items():
