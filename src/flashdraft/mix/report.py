@@ -168,9 +168,10 @@ def bar_chart_png(comp: Composition, path: Path, title: str = "domain mix", targ
     atomic_write_bytes(path, buf.getvalue())
 
 
-def render_markdown(comp: Composition, data_name: str, chart_name: str | None) -> str:
-    """The report as markdown: per-domain table, per-source table, examples to check by hand."""
-    j = comp.to_json()
+def render_markdown(comp: Composition, data_name: str, chart_name: str | None, j: dict | None = None) -> str:
+    """The report as markdown: per-domain table, per-source table, examples to check by hand (``j``: the
+    composition's :meth:`Composition.to_json`, when the caller has it)."""
+    j = j or comp.to_json()
     lines = [f"# Data mix report: {data_name}", "",
              f"{comp.total:,} samples, classifier `{comp.method}`, tokens: {j['tokens']}."
              + (f" {comp.unclassifiable:,} rows were too short to classify (counted as `other`)."
@@ -245,8 +246,9 @@ def write_report(comp: Composition, out_dir: Path, data_name: str, chart: bool =
     if chart:
         paths["chart"] = out_dir / "mix.png"
         bar_chart_png(comp, paths["chart"], title=data_name)
-    atomic_write_text(paths["json"], json.dumps(comp.to_json(), indent=2))
+    j = comp.to_json()  # once: the corrected shares are a 400-draw bootstrap
+    atomic_write_text(paths["json"], json.dumps(j, indent=2))
     atomic_write_text(paths["examples"], "".join(json.dumps({"domain": d, **ex}, ensure_ascii=False) + "\n"
                                                  for d in comp.labels for ex in comp.examples.get(d, [])))
-    atomic_write_text(paths["markdown"], render_markdown(comp, data_name, "mix.png" if chart else None))
+    atomic_write_text(paths["markdown"], render_markdown(comp, data_name, "mix.png" if chart else None, j))
     return paths
