@@ -26,10 +26,15 @@ def test_plan_from_report_json(mixed_jsonl, tmp_path):
     r = runner.invoke(app, ["plan", str(tmp_path / "rep/report.json"), "--target",
                             "coding=0.4,math=0.2,general=0.1,tool_calling=0.1,agent=0.1,translation=0.1",
                             "--total", "100", "--candidate", f"more={mixed_jsonl}@1000",
-                            "--prompts-per-hour", "20", "--out", str(tmp_path / "plan.md")])
+                            "--prompts-per-hour", "20", "--out", str(tmp_path / "plan.md"), "--json",
+                            str(tmp_path / "plan.json")])
     assert r.exit_code == 0, r.output
     text = (tmp_path / "plan.md").read_text()
     assert "HiGHS" in text and "| more |" in text and "GPU-hours" in text
+    plan = json.loads((tmp_path / "plan.json").read_text())  # what a script reads: the same plan as the table
+    take = plan["take"]["more"]
+    assert take == plan["new_prompts"] > 0 and f"| more | {take:,} | 1,000 |" in text
+    assert abs(sum(plan["expected"].values()) - 100) < 1e-6 and set(plan["expected"]) >= {"coding", "math"}
 
 
 def test_rebalance_prints_achieved_mix(mixed_jsonl, tmp_path):

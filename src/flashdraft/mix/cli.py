@@ -101,6 +101,8 @@ def plan(
     gpu_hours_per_600k: Optional[float] = typer.Option(None, "--gpu-hours-per-600k", help="measured GPU-hours per "
                                                        "600K regenerated prompts"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the markdown plan here (default: print it)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="also write the plan as JSON here (prompts to take "
+                                            "per source, expected counts per domain, shortfalls) for scripts"),
     tolerance: Optional[float] = typer.Option(None, "--tolerance", help="allowed deviation per domain (0.01 = 1 pp)"),
     config: Optional[Path] = CONFIG, labels: Optional[str] = LABELS, method: Optional[str] = METHOD,
     model: Optional[str] = MODEL, workers: Optional[int] = WORKERS, set_: Optional[list[str]] = SET,
@@ -136,6 +138,8 @@ def plan(
         note = (f" ({prompts_per_hour:,.0f} prompts/GPU-hour)" if prompts_per_hour else
                 f" ({gpu_hours_per_600k:g} GPU-hours per 600K prompts)" if gpu_hours_per_600k else "")
         text = render_plan(result, cands, hours, note)
+        if json_out:
+            atomic_write_text(json_out, json.dumps(result.to_json(), indent=2) + "\n")
     if out:
         atomic_write_text(out, text)
         typer.echo(f"plan: {out}")

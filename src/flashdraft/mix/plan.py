@@ -64,6 +64,12 @@ class Plan:
     def feasible(self) -> bool:
         return self.max_deviation() <= self.tolerance + 1e-9
 
+    def to_json(self) -> dict:
+        """What a script needs: prompts to take per source, counts kept and expected per domain, shortfalls."""
+        return {"target": self.target, "total": self.total, "take": self.take, "new_prompts": self.new_prompts,
+                "kept": self.kept, "expected": self.expected, "expected_shares": self.expected_shares(),
+                "feasible": self.feasible, "short": self.short, "over": self.over, "solver": self.solver}
+
 
 def solve_plan(current: dict[str, int], candidates: list[Candidate], target: dict[str, float], total: int,
                allow_downsample: bool = False, tolerance: float = 0.01) -> Plan:
