@@ -7,7 +7,9 @@ HumanEval prompts, with the num_speculative_tokens the export's manifest names (
 size - 1 for DFlash, max_depth for EAGLE-3). One subprocess (``tests/export/vllm_driver.py``) runs plain
 greedy and then speculative greedy, eager, Transformers model implementation (which gives Gemma-3 the
 auxiliary hidden states EAGLE-3 needs), in ``--dtype`` (bf16 as served; fp32 takes bf16 near-ties between
-vLLM's kernels and HF's out of the comparison). flashdraft's chain runs on the same target in the same dtype.
+vLLM's kernels and HF's out of the comparison). flashdraft's chain runs on the same target in the same dtype,
+with the draft slots vLLM fills: a DFlash drafter trained with block hints gets them from flashdraft's vLLM plugin
+(``FLASHDRAFT_VLLM_HINTS=0`` turns it off, and both engines then fill MASK).
 
     python experiments/export_vllm_check.py assets/gemma-3-270m-eagle3 --limit 8 --max-tokens 48
     python experiments/export_vllm_check.py assets/gemma-3-270m-dflash --prompts math-test --limit 16 --max-tokens 128
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -32,6 +35,7 @@ import torch
 from flashdraft.bench.decode_bench import decode_methods, load_prompts
 from flashdraft.decode import DECODERS, build_decoder
 from flashdraft.export.formats import MANIFEST, export_drafter
+from flashdraft.export.vllm_plugin import ENV
 from flashdraft.models.drafter import load_drafter
 from flashdraft.models.chat import ChatSettings
 from flashdraft.models.target import EMBEDDED_TARGETS, embedded_target_dir, load_target
@@ -58,6 +62,7 @@ def main() -> None:
     ap.add_argument("--target", default="gemma-3-270m", help="the drafter's target: an embedded name or an HF folder")
     ap.add_argument("--chat-template", choices=("auto", "never"), default="auto",
                     help="auto: prompts rendered with the target's chat template when it has one")
+    ap.add_argument("--seqs", type=int, default=1, help="vLLM's max_num_seqs: requests decoded in one batch")
     ap.add_argument("--model-impl", choices=("transformers", "vllm", "auto"), default="transformers",
                     help="vLLM's model implementation for the target (vllm: its native class)")
     a = ap.parse_args()
@@ -72,8 +77,9 @@ def main() -> None:
                              serve_dtype=a.dtype).out
         spec = json.loads((out / MANIFEST).read_text())["speculative_config"]
         k = spec["num_speculative_tokens"]
+        served_hints = json.loads((out / "config.json").read_text()).get("block_hints")  # kept for the plugin
         try:
-            res = launch(out, prompts, a.max_tokens, tmp, a.model_impl, spec["method"], k, a.dtype,
+            res = launch(out, prompts, a.max_tokens, tmp, a.model_impl, spec["method"], k, a.dtype, a.seqs,
                          threads=a.threads, timeout=None, target_dir=target_dir)
         except RuntimeError as e:
             sys.exit(str(e))
@@ -81,7 +87,8 @@ def main() -> None:
     plain, served, m = res["plain"]["outputs"], res["spec"]["outputs"], res["spec"]["metrics"]
     drafter = load_drafter(a.drafter, target)
     chain = decode_methods(drafter)[0]
-    hints = {"hints": "none"} if "hints" in DECODERS[chain].OPTIONS else {}  # vLLM fills the draft slots with MASK
+    plugin = served_hints and os.environ.get(ENV, "1") != "0"  # flashdraft's vLLM plugin fills the draft slots
+    hints = {"hints": "lookup" if plugin else "none"} if "hints" in DECODERS[chain].OPTIONS else {}
     dec = build_decoder(chain, target, drafter, budget=k, **hints)
     ours, rounds, accepted = [], 0, 0
     for p in prompts:
@@ -92,7 +99,8 @@ def main() -> None:
     theirs_rate = m["num_accepted_tokens"] / m["num_draft_tokens"]
     ours_rate = accepted / (rounds * k)
     print(f"{a.drafter}: vLLM method {spec['method']!r}, num_speculative_tokens {k}, {len(prompts)} {a.prompts} "
-          f"prompts x {a.max_tokens} tokens, {a.dtype} target, vLLM model_impl {a.model_impl}; flashdraft's chain "
+          f"prompts x {a.max_tokens} tokens, {a.dtype} target, vLLM model_impl {a.model_impl}, max_num_seqs {a.seqs}; "
+          "flashdraft's chain "
           f"{chain} {hints or ''}")
     print("| engine | acceptance rate (accepted / drafted) | tau (1 + accepted per round) | rounds | output == vLLM plain |")
     print("|---|---|---|---|---|")

@@ -126,15 +126,20 @@ def test_mixed_sliding_layers_are_refused_by_speculators(tmp_path, qwen):
 
 
 @pytest.mark.parametrize("fmt", ["zlab", "vllm", "speculators"])
-def test_block_hints_stay_flashdraft_s_own(fmt, tmp_path, qwen):
-    """Every engine fills the draft slots with MASK: an export drops block_hints and says what that costs."""
+def test_block_hints_reach_vllm_only(fmt, tmp_path, qwen):
+    """vLLM with flashdraft's plugin fills the draft slots with the hints, so the vLLM export keeps block_hints;
+    every other engine fills MASK: those exports drop it and say what that costs."""
     d = DFlashDrafter.for_target(qwen, num_layers=1, block_size=4, target_layer_ids=IDS, mask_token_id=MASK_ID, seed=1)
     d.cfg.block_hints = "lookup"
     src = d.save_pretrained(tmp_path / "src")
     assert read(src)[0]["block_hints"] == "lookup"
     rep = export_drafter(src, fmt, tmp_path / fmt, qwen)
-    assert "block_hints" not in json.dumps(read(rep.out)[0])
-    assert any("block_hints 'lookup' dropped" in n and "--hints none" in n for n in rep.notes)
+    if fmt == "vllm":
+        assert read(rep.out)[0]["block_hints"] == "lookup"
+        assert any("block_hints 'lookup' kept" in n and "plugin" in n for n in rep.notes)
+    else:
+        assert "block_hints" not in json.dumps(read(rep.out)[0])
+        assert any("block_hints 'lookup' dropped" in n and "--hints none" in n for n in rep.notes)
 
 
 def test_unknown_format_and_wrong_target_are_refused(tmp_path, qwen, gemma):

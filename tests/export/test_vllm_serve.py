@@ -3,17 +3,20 @@
 One subprocess (``vllm_driver.py``) runs plain greedy and then speculative greedy with the shipped
 trained drafter exported ``--to vllm`` (same engine settings: Transformers model implementation,
 which exposes Gemma's intermediate hidden states; eager; bf16), recording every round's query
-block, the embeddings vLLM's drafter computes for it and its drafts. Checked here:
+block, the embeddings vLLM's drafter computes for it and its drafts. The drafter was trained with block
+hints, and flashdraft's vLLM plugin (``flashdraft.export.vllm_plugin``, loaded by vLLM from its entry
+point) writes prompt lookup's chain into the draft slots. Checked here:
 
 - speculative output == plain output, token for token up to bf16 near-ties of the target (near_tie.py);
 - vLLM's spec-decode counters: accepted tokens > 0, acceptance rate within 0.02 of flashdraft's own
-  DFlash decoder on the same prompts (bf16 target), plus a block of drafts for each round whose drafts
+  DFlash decoder with the same hints on the same prompts (bf16 target), plus a block of drafts for each round whose drafts
   differ at a bf16 near-tie (on an AMD EPYC the shipped drafter's acceptance was 38/196 in vLLM against
   flashdraft's 0.219: 5 tokens of 196);
 - the embeddings the served drafter receives are exactly HF's scaled Gemma embeddings (the raw
   rows differ by sqrt(640) = 25.3: the trap the exported table closes), round by round;
-- round by round, vLLM's drafts equal flashdraft's drafts for the same committed prefix, except at
-  bf16 near-ties of flashdraft's drafter (>= 90% of drafted positions identical).
+- round by round, the draft slots vLLM's drafter reads hold flashdraft's hints for the same committed prefix
+  (``lookup_hints``: what ``flashdraft decode --hints lookup`` fills in), and vLLM's drafts equal flashdraft's
+  drafts for that block, except at bf16 near-ties of flashdraft's drafter (>= 90% of drafted positions identical).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from flashdraft.decode.lookup import lookup_hints
 from flashdraft.decode.speculative import DFlashDecoder
 from flashdraft.export.formats import export_drafter
 from flashdraft.models.dflash import DFlashDrafter
@@ -71,7 +75,8 @@ def test_acceptance_matches_flashdraft(served, drafted):
     m = res["spec"]["metrics"]
     drafts, accepted = m["num_draft_tokens"], m["num_accepted_tokens"]
     assert accepted > 0
-    dec = DFlashDecoder(target, drafter, hints="none")  # vLLM fills MASK (an export drops block_hints)
+    assert drafter.cfg.block_hints == "lookup"  # kept by the export: the plugin fills the slots as flashdraft does
+    dec = DFlashDecoder(target, drafter, hints="lookup")
     rounds = acc = 0
     for p in prompts:
         g = dec.generate(p, MAX_TOKENS)
@@ -112,9 +117,11 @@ def _flashdraft_drafts(target, drafter, prompts, res) -> list[dict]:
             out.append({"index": i, "past_end": True})
             continue
         drafter.reset()
-        logits = drafter.propose(torch.tensor(seq[: start + 1]), feats[k][:start])  # [B-1, V]
+        prefix = torch.tensor(seq[: start + 1])
+        hints = lookup_hints(prefix, drafter.max_depth, drafter.mask_token_id)  # [B-1] as flashdraft's decoder fills them
+        logits = drafter.propose(prefix, feats[k][:start], hints)  # [B-1, V]
         out.append({"index": i, "past_end": False, "start": start, "ids": ids, "seq": seq, "drafts": drafts,
-                    "logits": logits, "ours": logits.argmax(-1).tolist()})
+                    "hints": hints, "logits": logits, "ours": logits.argmax(-1).tolist()})
     return out
 
 
@@ -135,13 +142,15 @@ def test_served_drafter_gets_scaled_embeddings_and_proposes_flashdraft_drafts(se
         if r["past_end"]:
             continue
         q, e, seq, start = torch.tensor(r["ids"]), embeds[r["index"]], r["seq"], r["start"]
-        assert q[0] == seq[start] and (q[1:] == drafter.mask_token_id).all()  # [bonus, MASK x (B-1)]
+        assert q[0] == seq[start] and torch.equal(q[1:], r["hints"])  # [bonus, flashdraft's hints x (B-1)]
         assert torch.equal(e, emb(q[None])[0].float())  # exactly HF's scaled rows
         assert not torch.allclose(e, emb.weight[q].float(), rtol=0.1)  # not the raw rows
         agree += r["ours"] == r["drafts"]
         for j, (a, b) in enumerate(zip(r["ours"], r["drafts"], strict=True)):  # DFlash drafts every position at once
             if a != b:
                 gaps.append(float(r["logits"][j].max() - r["logits"][j, b]))
+    hinted = sum(bool((r["hints"] != drafter.mask_token_id).any()) for r in drafted if not r["past_end"])
+    assert hinted >= len(drafted) // 4, f"only {hinted} of {len(drafted)} rounds had a hint: the check above is thin"
     past_end = sum(r["past_end"] for r in drafted)
     assert past_end <= len(prompts), f"{past_end} rounds start past the returned outputs"
     checked = len(drafted) - past_end

@@ -7,11 +7,11 @@ drafter model records every drafter pass: the query it is given (ids, positions)
 computes for them, the target features it receives, and its drafts. Writes one JSON file (and the
 recorded tensors next to it, ``OUT_JSON.embeds.pt`` and ``OUT_JSON.tensors.pt``).
 
-usage: vllm_driver.py TARGET_DIR DRAFTER_DIR PROMPTS_JSON MAX_TOKENS OUT_JSON [MODEL_IMPL [METHOD [K [DTYPE]]]]
+usage: vllm_driver.py TARGET_DIR DRAFTER_DIR PROMPTS_JSON MAX_TOKENS OUT_JSON [MODEL_IMPL [METHOD [K [DTYPE [SEQS]]]]]
 
 METHOD is vLLM's speculative method (``dflash``, the default, or ``eagle3``); K is
 num_speculative_tokens (default: block_size - 1 from the drafter's config.json); DTYPE the engine's dtype
-(``bfloat16``, the default, or ``float32``).
+(``bfloat16``, the default, or ``float32``); SEQS the engine's max_num_seqs (default 1: one request at a time).
 """
 
 from __future__ import annotations
@@ -83,14 +83,25 @@ def spec_metrics(llm) -> dict:
     return out
 
 
+def exported_speculative_config(drafter: str) -> dict:
+    """The keys `flashdraft export` adds to vLLM's speculative_config (``disable_padded_drafter_batch`` for a
+    drafter with block hints), from the folder's manifest; {} for a folder without one."""
+    manifest = os.path.join(drafter, "flashdraft_export.json")
+    if not os.path.isfile(manifest):
+        return {}
+    sc = json.loads(open(manifest).read()).get("speculative_config") or {}
+    return {k: v for k, v in sc.items() if k not in ("method", "model", "num_speculative_tokens")}
+
+
 def run(target: str, drafter: str | None, prompts: list[list[int]], max_tokens: int, method: str, k: int,
-        impl: str, dtype: str = "bfloat16") -> dict:
+        impl: str, dtype: str = "bfloat16", max_num_seqs: int = 1) -> dict:
     from vllm import LLM, SamplingParams
 
-    kw = dict(model=target, dtype=dtype, enforce_eager=True, max_model_len=512, max_num_seqs=1, seed=0,
+    kw = dict(model=target, dtype=dtype, enforce_eager=True, max_model_len=512, max_num_seqs=max_num_seqs, seed=0,
               model_impl=impl, disable_log_stats=False)
     if drafter:
-        kw["speculative_config"] = {"method": method, "model": drafter, "num_speculative_tokens": k}
+        kw["speculative_config"] = {"method": method, "model": drafter, "num_speculative_tokens": k,
+                                    **exported_speculative_config(drafter)}
     llm = LLM(**kw)
     RECORD.update(on=True, rounds=[], embeds=[], features=[])
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
@@ -113,10 +124,11 @@ def main() -> None:
     else:
         k = json.loads(open(os.path.join(drafter, "config.json")).read()).get("block_size", 16) - 1
     dtype = sys.argv[9] if len(sys.argv) > 9 else "bfloat16"
+    seqs = int(sys.argv[10]) if len(sys.argv) > 10 else 1
     prompts = json.loads(open(prompts_json).read())
     HOOKS[method]()
-    plain = run(target, None, prompts, int(max_tokens), method, k, impl, dtype)
-    spec = run(target, drafter, prompts, int(max_tokens), method, k, impl, dtype)
+    plain = run(target, None, prompts, int(max_tokens), method, k, impl, dtype, seqs)
+    spec = run(target, drafter, prompts, int(max_tokens), method, k, impl, dtype, seqs)
     import torch
 
     torch.save(RECORD["embeds"], out_json + ".embeds.pt")
@@ -129,7 +141,7 @@ def main() -> None:
 def launch(drafter: str, prompts: list[list[int]], max_tokens: int, workdir, *args: str, threads: int = 1,
            timeout: float | None = 900, target_dir: str | Path | None = None) -> dict:
     """Run this driver in a subprocess on ``target_dir`` (default: the embedded target; what the tests and the
-    export check do): ``args`` are the optional MODEL_IMPL, METHOD, K, DTYPE. Returns the result JSON; the
+    export check do): ``args`` are the optional MODEL_IMPL, METHOD, K, DTYPE, SEQS. Returns the result JSON; the
     recorded tensors lie next to ``workdir/result.json``. A failed run raises RuntimeError with the driver's
     output tail."""
     from flashdraft.models.target import embedded_target_dir

@@ -180,7 +180,7 @@ def _reject_reduced_vocab(src: Source, fmt: str, reader: str) -> None:
 
 def _zlab_config(src: Source) -> dict:
     cfg = src.config.model_dump(mode="json")
-    cfg.pop("block_hints", None)  # flashdraft's own decoding (see export_drafter's note); every format fills MASK
+    cfg.pop("block_hints", None)  # flashdraft's own decoding (see export_drafter's note); only vLLM with the plugin fills them
     cfg["tie_word_embeddings"] = False
     cfg["torch_dtype"] = str(src.dtype).removeprefix("torch.")
     return cfg
@@ -244,6 +244,12 @@ class VLLMExporter(DFlashExporter):
         if src.config.draft_vocab_size is not None:
             tensors = with_vocab_head(tensors, src, notes)
         tensors.update(shipped_embedding(src, quirks, target, notes))
+        if src.config.block_hints:  # flashdraft's vLLM plugin fills the draft slots as flashdraft decodes
+            cfg["block_hints"] = src.config.block_hints
+            notes.append(f"block_hints {src.config.block_hints!r} kept: with flashdraft installed beside vLLM its "
+                         "plugin (vllm.general_plugins) writes prompt lookup's chain into the draft slots, as "
+                         "`flashdraft decode --hints lookup` does; without it vLLM fills MASK: what --hints none "
+                         "measures")
         return Exported(cfg, tensors, notes, speculative_config=_dflash_speculative_config(src))
 
 
@@ -351,7 +357,7 @@ def export_drafter(src_dir: str | Path, fmt: str, out: str | Path, target: Targe
     target_ref, renamed = portable_target_name(target_ref or target.name)
     files = exporter.build(src, quirks, target, target_ref)
     notes = quirks.notes + files.notes + ([renamed] if renamed else [])
-    if getattr(src.config, "block_hints", None):
+    if getattr(src.config, "block_hints", None) and "block_hints" not in files.config:
         notes.append(f"block_hints {src.config.block_hints!r} dropped: {fmt} fills the draft slots with MASK, where this "
                      "drafter accepts what `flashdraft decode --hints none` measures, not what it does with hints")
     out = Path(out)

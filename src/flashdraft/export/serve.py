@@ -58,7 +58,7 @@ def serve_commands(drafter_dir: str | Path, target: str, target_family: str | No
     out = {"vllm_baseline": f"{base} --port {port}"}
     if fmt in ("vllm", "speculators"):
         sc = manifest.get("speculative_config") or {"method": "dflash", "num_speculative_tokens": block - 1}
-        spec = json.dumps({"method": sc["method"], "model": str(d), "num_speculative_tokens": sc["num_speculative_tokens"]})
+        spec = json.dumps({"method": sc["method"], "model": str(d), **{k: v for k, v in sc.items() if k != "method"}})
         out["vllm"] = f"{env}{base} --port {port + 1} --speculative-config {shlex.quote(spec)}"
     if fmt == "speculators":
         out["vllm_speculators"] = f"{env}vllm serve {shlex.quote(str(d))} --dtype {dtype}{impl} --port {port + 1}"
