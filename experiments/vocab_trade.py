@@ -37,9 +37,11 @@ def squash(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def test_free_corpus(out: Path) -> Path:
-    """The mix pool and dev set without any row that contains (or is contained in) a test question."""
-    tests = [squash(r["question"]) for name, rows in named_sets().items() if name.endswith("-test") for r in rows]
+def test_free_corpus(out: Path, splits: tuple[str, ...] = ("test",)) -> Path:
+    """The mix pool and dev set without any row that contains (or is contained in) a question of the named sets'
+    ``splits`` parts (``("test", "dev")``: nothing a figure is chosen or reported on)."""
+    tests = [squash(r["question"]) for name, rows in named_sets().items() if name.rsplit("-", 1)[-1] in splits
+             for r in rows]
     kept = dropped = 0
     lines = []
     for f in ("pool.jsonl", "dev_set.jsonl"):
@@ -53,7 +55,7 @@ def test_free_corpus(out: Path) -> Path:
             kept += 1
     path = out / "corpus.jsonl"
     atomic_write_text(path, "\n".join(lines) + "\n")
-    print(f"corpus: {kept} rows kept, {dropped} holding a test question dropped -> {path}")
+    print(f"corpus: {kept} rows kept, {dropped} holding a {'/'.join(splits)} question dropped -> {path}")
     return path
 
 
