@@ -27,14 +27,16 @@ Arms (``--arm NAME=MIX``, repeatable) are the mix ablation: by default ``mix`` (
 
 The planned mix, coding 0.3 / math 0.3 / general 0.2 / translation 0.2: served prompts are code, math, chat and
 other languages (the named sets' four domains); math gets as much as code because its answers are the least like
-code (the shipped drafter's served math tau is its lowest); the pool holds 283 general questions, so general
-and translation, which also carries the non-English text, share the rest.
+code (the shipped drafter's served math tau is its lowest); the pool holds 240 general questions once dev and test
+rows are out, so general and translation, which also carries the non-English text, share the rest.
 
-The figures of docs/results.md ("A drafter from the pipeline's own mixed data") came from::
+The figures of docs/results.md ("A drafter from the pipeline's own mixed data") came from the ``mix`` arm of::
 
     python experiments/vocab_trade.py --sizes 16384 --out runs/mixed/vocab
-    python recipes/gemma3_270m_mixed.py --out runs/mixed --heads 1300 --total 1600 \\
-        --init runs/mixed/vocab/v16384 --max-steps 300 --threads 2
+    python recipes/gemma3_270m_mixed.py --out runs/mixed --heads 1300 --total 1200 \\
+        --init runs/mixed/vocab/v16384 --max-steps 250 --threads 2
+
+(the ``code`` arm's training was stopped in its feature stage for lack of time; the same command resumes it).
 
 Minutes per stage and the walk figures land in ``<out>/results.json``.
 """
@@ -158,9 +160,11 @@ def main() -> None:
             sets += [f"init_from={a.init}"] + ([f"draft_vocab_size={size}"] if size else [])
         sets += a.set
         for name in arms:
-            over = dict(data=[str(out / f"train-{name}.jsonl")], out_dir=str(out / name), features=str(out / f"features-{name}"),
-                        max_minutes=a.train_minutes, max_steps=a.max_steps, threads=a.threads)
-            cfg = TrainConfig.load(ROOT / "recipes" / "gemma3_270m_dflash.yaml", **{**over, **parse_sets(sets, TrainConfig)})
+            over = dict(data=[str(out / f"train-{name}.jsonl")], out_dir=str(out / name),
+                        features=str(out / f"features-{name}"), max_minutes=a.train_minutes, max_steps=a.max_steps,
+                        threads=a.threads)
+            cfg = TrainConfig.load(ROOT / "recipes" / "gemma3_270m_dflash.yaml",
+                                   **{**over, **parse_sets(sets, TrainConfig)})
             examples, _ = load_examples(cfg.data, target, cfg.max_len, cfg.block_size, cfg.append_eos)
             write_features(target, examples, sorted(cfg.target_layer_ids), cfg.features, dtype="bfloat16",
                            with_final=cfg.loss == "kl", progress=False)

@@ -35,8 +35,8 @@ def wants_hints(hf_config) -> bool:
     return getattr(hf_config, "block_hints", None) == "lookup" and os.environ.get(ENV, "1") != "0"
 
 
-def request_histories(committed, target_token_ids: torch.Tensor, target_positions: torch.Tensor,
-                      bonus: torch.Tensor, query_start: torch.Tensor, rejected: torch.Tensor | None) -> list[torch.Tensor]:
+def request_histories(committed, target_token_ids: torch.Tensor, target_positions: torch.Tensor, bonus: torch.Tensor,
+                      query_start: torch.Tensor, rejected: torch.Tensor | None) -> list[torch.Tensor]:
     """Each request's tokens up to and including its new bonus token, as vLLM's padded proposer sees them.
 
     The proposer runs before vLLM's bookkeeping, so the host copy (``committed`` [R, max_len], a request's row
