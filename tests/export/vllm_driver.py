@@ -83,16 +83,6 @@ def spec_metrics(llm) -> dict:
     return out
 
 
-def exported_speculative_config(drafter: str) -> dict:
-    """The keys `flashdraft export` adds to vLLM's speculative_config (``disable_padded_drafter_batch`` for a
-    drafter with block hints), from the folder's manifest; {} for a folder without one."""
-    manifest = os.path.join(drafter, "flashdraft_export.json")
-    if not os.path.isfile(manifest):
-        return {}
-    sc = json.loads(open(manifest).read()).get("speculative_config") or {}
-    return {k: v for k, v in sc.items() if k not in ("method", "model", "num_speculative_tokens")}
-
-
 def run(target: str, drafter: str | None, prompts: list[list[int]], max_tokens: int, method: str, k: int,
         impl: str, dtype: str = "bfloat16", max_num_seqs: int = 1) -> dict:
     from vllm import LLM, SamplingParams
@@ -100,8 +90,7 @@ def run(target: str, drafter: str | None, prompts: list[list[int]], max_tokens: 
     kw = dict(model=target, dtype=dtype, enforce_eager=True, max_model_len=512, max_num_seqs=max_num_seqs, seed=0,
               model_impl=impl, disable_log_stats=False)
     if drafter:
-        kw["speculative_config"] = {"method": method, "model": drafter, "num_speculative_tokens": k,
-                                    **exported_speculative_config(drafter)}
+        kw["speculative_config"] = {"method": method, "model": drafter, "num_speculative_tokens": k}
     llm = LLM(**kw)
     RECORD.update(on=True, rounds=[], embeds=[], features=[])
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
