@@ -104,8 +104,9 @@ def _rounds(res, prompts):
 
 @torch.no_grad()
 def _flashdraft_drafts(target, drafter, prompts, res) -> list[dict]:
-    """Every recorded vLLM round inside the returned outputs, with flashdraft's drafter's logits and drafts
-    for the same committed prefix (``past_end``: rounds vLLM drafted after the step that reached max_tokens)."""
+    """Every recorded vLLM round inside the returned outputs, with flashdraft's drafter's logits and drafts for
+    the same committed prefix and the draft slots it reads (hints for a drafter trained with them, else MASK)
+    (``past_end``: rounds vLLM drafted after the step that reached max_tokens)."""
     feats = {}
     for k, p in enumerate(prompts):  # causal target: the features of a prefix are a prefix of these
         seq = torch.tensor(p + res["spec"]["outputs"][k])
@@ -118,7 +119,10 @@ def _flashdraft_drafts(target, drafter, prompts, res) -> list[dict]:
             continue
         drafter.reset()
         prefix = torch.tensor(seq[: start + 1])
-        hints = lookup_hints(prefix, drafter.max_depth, drafter.mask_token_id)  # [B-1] as flashdraft's decoder fills them
+        if drafter.cfg.block_hints == "lookup":  # [B-1] as flashdraft's decoder (and vLLM with the plugin) fills them
+            hints = lookup_hints(prefix, drafter.max_depth, drafter.mask_token_id)
+        else:  # MASK in every slot
+            hints = torch.full((drafter.max_depth,), drafter.mask_token_id, dtype=torch.long)
         logits = drafter.propose(prefix, feats[k][:start], hints)  # [B-1, V]
         out.append({"index": i, "past_end": False, "start": start, "ids": ids, "seq": seq, "drafts": drafts,
                     "hints": hints, "logits": logits, "ours": logits.argmax(-1).tolist()})
