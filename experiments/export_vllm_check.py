@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from flashdraft.bench.decode_bench import decode_methods, load_prompts
 from flashdraft.decode import DECODERS, build_decoder
 from flashdraft.export.formats import MANIFEST, export_drafter
-from flashdraft.export.vllm_plugin import ENV
+from flashdraft.export.vllm_plugin import wants_hints
 from flashdraft.models.drafter import load_drafter
 from flashdraft.models.chat import ChatSettings
 from flashdraft.models.target import EMBEDDED_TARGETS, embedded_target_dir, load_target
@@ -87,7 +87,7 @@ def main() -> None:
     plain, served, m = res["plain"]["outputs"], res["spec"]["outputs"], res["spec"]["metrics"]
     drafter = load_drafter(a.drafter, target)
     chain = decode_methods(drafter)[0]
-    plugin = served_hints and os.environ.get(ENV, "1") != "0"  # flashdraft's vLLM plugin fills the draft slots
+    plugin = wants_hints(SimpleNamespace(block_hints=served_hints))  # as flashdraft's vLLM plugin decides
     hints = {"hints": "lookup" if plugin else "none"} if "hints" in DECODERS[chain].OPTIONS else {}
     dec = build_decoder(chain, target, drafter, budget=k, **hints)
     ours, rounds, accepted = [], 0, 0

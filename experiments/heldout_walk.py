@@ -104,7 +104,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             conf = Path(drafter) / "train_config.yaml"  # a shipped drafter's; a run's drafter/ has it one folder up
             conf = conf if conf.is_file() else Path(drafter).parent / "config.yaml"
-            cfg = TrainConfig.load(conf, data=a.data, features=a.features,
+            cfg = TrainConfig.load(conf, data=a.data,
                                    init_from=drafter, out_dir=tmp, holdout_walk=a.walk, eval_n=0, threads=a.threads,
                                    tensorboard=False, **({"block_hints": a.hints} if a.hints else {}))
             cfg = cfg.model_copy(update={"features": a.features})  # not the run's own cache (made for its own data)
